@@ -1,0 +1,1 @@
+"""Backends execute the IR; `reference` (plain torch) is the semantic oracle."""

@@ -1,0 +1,64 @@
+"""The compile driver: source -> AST -> checked program -> IR -> optimised IR."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from gdsl.diagnostics import CompileError, Diagnostic, Span
+from gdsl.frontend import ast
+from gdsl.frontend.checker import CheckedProgram, check
+from gdsl.frontend.lower import lower
+from gdsl.frontend.parser import parse
+from gdsl.ir.core import Module
+from gdsl.passes.base import PassContext
+from gdsl.passes.pipeline import PassManager
+
+MAX_SOURCE_BYTES = 1 << 20
+
+
+@dataclass
+class Compiled:
+    source: str
+    file: str
+    ast: ast.Program
+    checked: CheckedProgram
+    module: Module
+
+
+def read_source(path: str | Path) -> str:
+    """Read a .gd file as UTF-8 text, refusing binary and huge input."""
+    p = Path(path)
+    data = p.read_bytes()
+    file = str(path)
+    if len(data) > MAX_SOURCE_BYTES:
+        raise CompileError([Diagnostic(Span(1, 1, 1, 2, file), f"file is larger than {MAX_SOURCE_BYTES} bytes")])
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise CompileError([Diagnostic(Span(line, 1, line, 2, file), "input is not UTF-8 text")]) from None
+
+
+def front(source: str, file: str, train: str | None = None) -> tuple[ast.Program, CheckedProgram]:
+    prog = parse(source, file)
+    checked, diags = check(prog, source, train)
+    diags.raise_if_any(source)
+    return prog, checked
+
+
+def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] | None = None,
+                   overrides: dict[str, Any] | None = None, train: str | None = None,
+                   stop_after: str | None = None,
+                   after_each: Callable[[str, Module], None] | None = None) -> Compiled:
+    """Run the whole front end and the pass pipeline (or stop after a pass)."""
+    prog, checked = front(source, file, train)
+    module, diags = lower(checked, dims, overrides)
+    diags.raise_if_any(source)
+    if module is None:  # pragma: no cover - lower reports why
+        raise CompileError([Diagnostic(Span(1, 1, 1, 2, file), "nothing to compile")], source)
+    if after_each:
+        after_each("lower", module)
+    ctx = PassContext(dims=dict(dims or {}))
+    module = PassManager(after_each=after_each).run(module, ctx, stop_after=stop_after)
+    return Compiled(source, file, prog, checked, module)

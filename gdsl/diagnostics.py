@@ -1,0 +1,100 @@
+"""Source spans and user-facing diagnostics.
+
+Every user error in gdsl becomes a `Diagnostic` at a source position; the
+CLI renders them as ``file:line:col: error: message`` followed by the source
+line and a caret, sorted by position (STYLE.md, "Errors a user sees").
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, order=True)
+class Span:
+    """A 1-based [line:col, end_line:end_col) range in one source file."""
+
+    line: int = 0
+    col: int = 0
+    end_line: int = 0
+    end_col: int = 0
+    file: str = field(default="<input>", compare=False)
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+    @property
+    def known(self) -> bool:
+        return self.line > 0
+
+
+NO_SPAN = Span()
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    span: Span
+    message: str
+    severity: str = "error"  # error | warning | note
+    notes: tuple["Diagnostic", ...] = ()
+
+    def sort_key(self):
+        return (self.span.file, self.span.line, self.span.col, self.message)
+
+
+class CompileError(Exception):
+    """One or more user errors; carries the collected diagnostics."""
+
+    def __init__(self, diagnostics: list[Diagnostic], source: str | None = None):
+        self.diagnostics = sorted(diagnostics, key=Diagnostic.sort_key)
+        self.source = source
+        super().__init__("\n".join(f"{d.span}: {d.severity}: {d.message}" for d in self.diagnostics))
+
+
+class GdslError(Exception):
+    """A user error that is not tied to a source position (data files, CLI)."""
+
+
+class DiagnosticBag:
+    """Collects diagnostics during a phase; deduplicates exact repeats."""
+
+    def __init__(self) -> None:
+        self.items: list[Diagnostic] = []
+        self._seen: set[tuple] = set()
+
+    def error(self, span: Span, message: str, notes: tuple[Diagnostic, ...] = ()) -> None:
+        key = (span.line, span.col, message)
+        if key not in self._seen:
+            self._seen.add(key)
+            self.items.append(Diagnostic(span, message, "error", notes))
+
+    def note(self, span: Span, message: str) -> Diagnostic:
+        return Diagnostic(span, message, "note")
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def raise_if_any(self, source: str | None = None) -> None:
+        if self.items:
+            raise CompileError(self.items, source)
+
+
+def render(diag: Diagnostic, source: str | None) -> str:
+    """Render one diagnostic like clang: header, source line, caret."""
+    out = [f"{diag.span}: {diag.severity}: {diag.message}"]
+    lines = source.splitlines() if source else []
+    sp = diag.span
+    if sp.known and 1 <= sp.line <= len(lines):
+        text = lines[sp.line - 1].expandtabs(1)
+        width = 1
+        if sp.end_line == sp.line and sp.end_col > sp.col:
+            width = sp.end_col - sp.col
+        gutter = f"{sp.line:>4} | "
+        out.append(gutter + text)
+        out.append(" " * (len(gutter) - 2) + "| " + " " * (sp.col - 1) + "^" * max(1, width))
+    for n in diag.notes:
+        out.append(render(n, source))
+    return "\n".join(out)
+
+
+def render_all(err: CompileError) -> str:
+    return "\n".join(render(d, err.source) for d in err.diagnostics)

@@ -1,0 +1,1 @@
+"""Front end: Lark grammar, AST, checker and lowering to IR."""

@@ -1,0 +1,414 @@
+"""Declaration-level checks: names, graph options, inputs, train and schedule.
+
+Produces a `CheckedProgram`: the declarations indexed by name plus the parsed
+`train` and `schedule` blocks as plain config objects. Statement-level rules
+(stages, shapes) are checked while lowering (frontend/lower.py), where every
+name's domain and shape is known.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from gdsl.diagnostics import DiagnosticBag, Span
+from gdsl.frontend import ast
+
+GRAPH_OPTIONS = ("self_loops", "symmetric")
+DTYPES = {"f32": "f32", "label": "i64"}
+LOSSES = ("cross_entropy", "nll", "mse", "bce")
+OPTIMIZERS = {"adam": ("lr", "weight_decay", "beta1", "beta2", "eps"),
+              "adamw": ("lr", "weight_decay", "beta1", "beta2", "eps"),
+              "sgd": ("lr", "momentum", "weight_decay", "nesterov")}
+METRICS = ("accuracy",)
+TRAIN_KEYS = ("model", "loss", "optimizer", "epochs", "eval", "batch_size", "fanout")
+SCHEDULE_KEYS = ("target", "partition", "order", "delay", "cache", "pipeline")
+PARTITIONS = {"auto": None, "replicate": None, "rows": ("hash", "random", "metis"),
+              "rows_replicated": "int", "grid2d": None, "grid3d": None, "features": None,
+              "redistribute": "int", "vertex_cut": ("libra",), "edge_cut": ("metis",)}
+ORDERS = ("auto", "sparse_first", "dense_first")
+
+
+@dataclass
+class LossSpec:
+    fn: str
+    target: str
+    mask: str | None
+    span: Span
+
+
+@dataclass
+class TrainConfig:
+    name: str
+    model: str
+    model_args: list[ast.Expr]
+    model_kwargs: dict[str, ast.Expr]
+    loss: LossSpec | None
+    optimizer: str = "adam"
+    optimizer_args: dict[str, float] = field(default_factory=lambda: {"lr": 0.01})
+    epochs: int = 200
+    eval: list[tuple[str, str | None]] = field(default_factory=list)
+    batch_size: int | None = None
+    fanout: list[int] | None = None
+    span: Span = Span()
+
+
+@dataclass
+class CheckedProgram:
+    ast: ast.Program
+    source: str
+    graph_name: str = "G"
+    graph_options: dict[str, bool] = field(default_factory=dict)
+    inputs: dict[str, ast.InputDecl] = field(default_factory=dict)
+    masks: dict[str, Span] = field(default_factory=dict)
+    layers: dict[str, ast.LayerDecl] = field(default_factory=dict)
+    models: dict[str, ast.ModelDecl] = field(default_factory=dict)
+    train: TrainConfig | None = None
+    trains: dict[str, ast.TrainDecl] = field(default_factory=dict)
+    schedule: dict[str, Any] = field(default_factory=dict)
+    order_hints: list[ast.OrderHint] = field(default_factory=list)
+
+
+def _number(e: ast.Expr) -> float | int | None:
+    if isinstance(e, ast.Number):
+        return e.value
+    if isinstance(e, ast.Neg) and isinstance(e.operand, ast.Number):
+        return -e.operand.value
+    return None
+
+
+def _callee(e: ast.Expr) -> tuple[str | None, list[ast.Expr], list[ast.Kwarg]]:
+    """`name`, `name(args)` or `name[args]` -> (name, args, kwargs)."""
+    if isinstance(e, ast.Name):
+        return e.id, [], []
+    if isinstance(e, (ast.Call, ast.Index)) and isinstance(e.func if isinstance(e, ast.Call) else e.base, ast.Name):
+        base = e.func if isinstance(e, ast.Call) else e.base
+        return base.id, e.args, e.kwargs
+    return None, [], []
+
+
+class Checker:
+    def __init__(self, program: ast.Program, source: str, train_name: str | None = None) -> None:
+        self.p = program
+        self.out = CheckedProgram(program, source)
+        self.diags = DiagnosticBag()
+        self.train_name = train_name
+        self._defined: dict[str, tuple[str, Span]] = {}
+
+    def define(self, name: str, kind: str, span: Span) -> None:
+        if name in self._defined:
+            other_kind, other = self._defined[name]
+            self.diags.error(span, f"'{name}' is already defined as a {other_kind} at line {other.line}")
+        else:
+            self._defined[name] = (kind, span)
+
+    def run(self) -> CheckedProgram:
+        graphs = self.p.of(ast.GraphDecl)
+        for g in graphs[1:]:
+            self.diags.error(g.span, "only one graph declaration is allowed")
+        if graphs:
+            g = graphs[0]
+            self.out.graph_name = g.name
+            for opt, sp in g.options:
+                if opt not in GRAPH_OPTIONS:
+                    self.diags.error(sp, f"unknown graph option '{opt}' (expected one of {', '.join(GRAPH_OPTIONS)})")
+                self.out.graph_options[opt] = True
+        for d in self.p.decls:
+            match d:
+                case ast.InputDecl():
+                    self.check_input(d)
+                case ast.MaskDecl():
+                    for name, sp in d.names:
+                        self.define(name, "mask", sp)
+                        self.out.masks[name] = sp
+                case ast.LayerDecl():
+                    self.define(d.name, "layer", d.span)
+                    self.out.layers[d.name] = d
+                    self.check_static_params(d.static)
+                case ast.ModelDecl():
+                    self.define(d.name, "model", d.span)
+                    self.out.models[d.name] = d
+                    self.check_static_params(d.static)
+                case ast.TrainDecl():
+                    if d.name in self.out.trains:
+                        self.diags.error(d.span, f"train block '{d.name}' is defined twice")
+                    self.out.trains[d.name] = d
+                case ast.ScheduleDecl():
+                    if self.out.schedule or self.out.order_hints:
+                        self.diags.error(d.span, "only one schedule block is allowed")
+                    self.check_schedule(d)
+        if not self.out.models:
+            self.diags.error(Span(1, 1, 1, 2, self.p.file), "the program declares no model")
+        self.pick_train()
+        return self.out
+
+    # ---- declarations
+    def check_input(self, d: ast.InputDecl) -> None:
+        self.define(d.name, "input", d.span)
+        if d.domain not in ("vertex", "edge"):
+            self.diags.error(d.span, f"unknown domain '{d.domain}' for input '{d.name}' (expected vertex or edge)")
+        if d.type.dtype not in DTYPES:
+            self.diags.error(d.type.span, f"unknown element type '{d.type.dtype}' (expected f32 or label)")
+        elif d.type.dtype == "label":
+            if d.domain != "vertex":
+                self.diags.error(d.type.span, "labels are vertex inputs")
+            if not d.type.shape or len(d.type.shape) != 1:
+                self.diags.error(d.type.span, "a label input names its class count: label[C]")
+        self.out.inputs[d.name] = d
+
+    def check_static_params(self, ps: list[ast.StaticParam]) -> None:
+        seen = set()
+        for p in ps:
+            if p.name in seen:
+                self.diags.error(p.span, f"static argument '{p.name}' is declared twice")
+            seen.add(p.name)
+
+    # ---- train
+    def pick_train(self) -> None:
+        trains = self.out.trains
+        if not trains:
+            return
+        if self.train_name is not None:
+            if self.train_name not in trains:
+                self.diags.error(Span(1, 1, 1, 2, self.p.file),
+                                 f"no train block named '{self.train_name}' (have: {', '.join(trains)})")
+                return
+            decl = trains[self.train_name]
+        else:
+            decl = next(iter(trains.values()))
+        for d in trains.values():  # check all of them, use one
+            cfg = self.check_train(d)
+            if d is decl:
+                self.out.train = cfg
+
+    def check_train(self, d: ast.TrainDecl) -> TrainConfig | None:
+        cfg = TrainConfig(d.name, "", [], {}, None, span=d.span)
+        seen: dict[str, Span] = {}
+        for s in d.body:
+            if not isinstance(s, ast.Assign):
+                self.diags.error(s.span, "a train block holds only 'key = value' lines")
+                continue
+            if s.target not in TRAIN_KEYS:
+                self.diags.error(s.span, f"unknown train setting '{s.target}' (expected one of {', '.join(TRAIN_KEYS)})")
+                continue
+            if s.target in seen:
+                self.diags.error(s.span, f"train setting '{s.target}' is given twice")
+                continue
+            seen[s.target] = s.span
+            if s.target != "eval" and len(s.values) != 1:
+                self.diags.error(s.values[1].span, f"'{s.target}' takes one value")
+            getattr(self, f"train_{s.target}")(cfg, s.values)
+        if "model" not in seen:
+            if len(self.out.models) == 1:
+                cfg.model = next(iter(self.out.models))
+            else:
+                self.diags.error(d.span, f"train block '{d.name}' names no model (model = NAME)")
+        if "loss" not in seen:
+            self.diags.error(d.span, f"train block '{d.name}' names no loss (loss = cross_entropy(Y, mask = train))")
+        return cfg
+
+    def train_model(self, cfg: TrainConfig, vals: list[ast.Expr]) -> None:
+        e = vals[0]
+        name, args, kwargs = _callee(e)
+        if name is None or isinstance(e, ast.Call):
+            self.diags.error(e.span, "model = NAME or NAME[static args]")
+            return
+        if name not in self.out.models:
+            self.diags.error(e.span, f"unknown model '{name}'" + (f" ('{name}' is a layer)" if name in self.out.layers else ""))
+            return
+        cfg.model, cfg.model_args = name, args
+        cfg.model_kwargs = {k.name: k.value for k in kwargs}
+
+    def train_loss(self, cfg: TrainConfig, vals: list[ast.Expr]) -> None:
+        e = vals[0]
+        name, args, kwargs = _callee(e)
+        if not isinstance(e, ast.Call) or name not in LOSSES:
+            self.diags.error(e.span, f"unknown loss (expected one of {', '.join(LOSSES)}, called with the target input)")
+            return
+        if len(args) != 1 or not isinstance(args[0], ast.Name):
+            self.diags.error(e.span, f"{name} takes the target input as its one argument: {name}(Y, mask = train)")
+            return
+        target = args[0].id
+        inp = self.out.inputs.get(target)
+        if inp is None or inp.domain != "vertex":
+            self.diags.error(args[0].span, f"loss target '{target}' is not a vertex input")
+        elif name in ("cross_entropy", "nll") and inp.type.dtype != "label":
+            self.diags.error(args[0].span, f"{name} needs a label input; '{target}' is {inp.type.dtype}")
+        mask = None
+        for k in kwargs:
+            if k.name != "mask":
+                self.diags.error(k.span, f"unknown loss option '{k.name}' (expected mask)")
+            else:
+                mask = self.mask_ref(k.value)
+        cfg.loss = LossSpec(name, target, mask, e.span)
+
+    def mask_ref(self, e: ast.Expr) -> str | None:
+        if not isinstance(e, ast.Name) or e.id not in self.out.masks:
+            shown = e.id if isinstance(e, ast.Name) else ast.format_expr(e)
+            self.diags.error(e.span, f"unknown mask '{shown}'" + (f" (declared: {', '.join(self.out.masks)})" if self.out.masks else ""))
+            return None
+        return e.id
+
+    def train_optimizer(self, cfg: TrainConfig, vals: list[ast.Expr]) -> None:
+        e = vals[0]
+        name, args, kwargs = _callee(e)
+        if name not in OPTIMIZERS:
+            self.diags.error(e.span, f"unknown optimizer '{name or ast.format_expr(e)}' (expected one of {', '.join(OPTIMIZERS)})")
+            return
+        if args:
+            self.diags.error(args[0].span, f"{name} takes named options only, e.g. {name}(lr = 0.01)")
+        opts: dict[str, float] = {}
+        for k in kwargs:
+            v = _number(k.value)
+            if k.name not in OPTIMIZERS[name]:
+                self.diags.error(k.span, f"unknown {name} option '{k.name}' (expected one of {', '.join(OPTIMIZERS[name])})")
+            elif v is None:
+                self.diags.error(k.value.span, f"{name} option '{k.name}' must be a number")
+            elif v < 0 or (k.name == "lr" and v == 0):
+                self.diags.error(k.value.span, f"{name} option '{k.name}' must be positive")
+            else:
+                opts[k.name] = v
+        cfg.optimizer, cfg.optimizer_args = name, {"lr": 0.01, **opts}
+
+    def _positive_int(self, e: ast.Expr, what: str) -> int | None:
+        v = _number(e)
+        if not isinstance(v, int) or v <= 0:
+            self.diags.error(e.span, f"{what} must be a positive integer")
+            return None
+        return v
+
+    def train_epochs(self, cfg: TrainConfig, vals: list[ast.Expr]) -> None:
+        v = self._positive_int(vals[0], "epochs")
+        if v is not None:
+            cfg.epochs = v
+
+    def train_batch_size(self, cfg: TrainConfig, vals: list[ast.Expr]) -> None:
+        cfg.batch_size = self._positive_int(vals[0], "batch_size")
+
+    def train_fanout(self, cfg: TrainConfig, vals: list[ast.Expr]) -> None:
+        e = vals[0]
+        if not isinstance(e, ast.ListExpr) or not e.items:
+            self.diags.error(e.span, "fanout is a list of per-layer neighbour counts, e.g. [25, 10]")
+            return
+        out = [self._positive_int(i, "each fanout") for i in e.items]
+        cfg.fanout = [v for v in out if v is not None]
+
+    def train_eval(self, cfg: TrainConfig, vals: list[ast.Expr]) -> None:
+        for e in vals:
+            name, args, kwargs = _callee(e)
+            if name not in METRICS or not isinstance(e, ast.Call):
+                self.diags.error(e.span, f"unknown metric (expected one of {', '.join(METRICS)}, e.g. accuracy(mask = val))")
+                continue
+            if args:
+                self.diags.error(args[0].span, "accuracy takes only mask = NAME")
+            mask = None
+            for k in kwargs:
+                if k.name != "mask":
+                    self.diags.error(k.span, f"unknown metric option '{k.name}' (expected mask)")
+                else:
+                    mask = self.mask_ref(k.value)
+            cfg.eval.append((name, mask))
+
+    # ---- schedule
+    def check_schedule(self, d: ast.ScheduleDecl) -> None:
+        for s in d.body:
+            if isinstance(s, ast.OrderHint):
+                if s.key != "order":
+                    self.diags.error(s.span, f"only 'order' takes a per-call hint, not '{s.key}'")
+                elif self._word(s.value, ORDERS[1:], "order") is not None:
+                    self.out.order_hints.append(s)
+                continue
+            if not isinstance(s, ast.Assign):
+                self.diags.error(s.span, "a schedule block holds only 'key = value' hints")
+                continue
+            if s.target not in SCHEDULE_KEYS:
+                self.diags.error(s.span, f"unknown schedule hint '{s.target}' (expected one of {', '.join(SCHEDULE_KEYS)})")
+                continue
+            if len(s.values) != 1:
+                self.diags.error(s.values[1].span, f"'{s.target}' takes one value")
+                continue
+            v = getattr(self, f"hint_{s.target}")(s.values[0])
+            if v is not None:
+                self.out.schedule[s.target] = v
+
+    def _word(self, e: ast.Expr, allowed, what: str):
+        if isinstance(e, ast.Name) and e.id in allowed:
+            return e.id
+        self.diags.error(e.span, f"bad {what} hint '{ast.format_expr(e)}' (expected one of {', '.join(allowed)})")
+        return None
+
+    def hint_target(self, e):
+        return self._word(e, ("cpu", "gpu"), "target")
+
+    def hint_order(self, e):
+        return self._word(e, ORDERS, "order")
+
+    def hint_partition(self, e):
+        name, args, kwargs = _callee(e)
+        if name not in PARTITIONS or isinstance(e, ast.Index) or kwargs:
+            self.diags.error(e.span, f"unknown partition '{ast.format_expr(e)}' (expected one of {', '.join(PARTITIONS)})")
+            return None
+        kind = PARTITIONS[name]
+        if kind is None:
+            if isinstance(e, ast.Call):
+                self.diags.error(e.span, f"partition '{name}' takes no arguments")
+                return None
+            return name
+        if len(args) != 1:
+            if isinstance(kind, tuple) and not args:
+                return f"{name}({kind[0]})"
+            self.diags.error(e.span, f"partition '{name}' takes one argument")
+            return None
+        if kind == "int":
+            v = self._positive_int(args[0], f"{name}'s argument")
+            return None if v is None else f"{name}({v})"
+        if not isinstance(args[0], ast.Name) or args[0].id not in kind:
+            self.diags.error(args[0].span, f"{name} takes one of: {', '.join(kind)}")
+            return None
+        return f"{name}({args[0].id})"
+
+    def hint_delay(self, e):
+        if isinstance(e, ast.Name) and e.id == "none":
+            return "none"
+        v = _number(e)
+        if not isinstance(v, int) or v < 0:
+            self.diags.error(e.span, "delay is a non-negative integer number of epochs, or none")
+            return None
+        return v
+
+    def _named_options(self, e, name: str, allowed: dict[str, Any]):
+        opts = dict(allowed)
+        _, args, kwargs = _callee(e)
+        if args:
+            self.diags.error(args[0].span, f"{name} takes named options only")
+        for k in kwargs:
+            v = _number(k.value)
+            if k.name not in allowed:
+                self.diags.error(k.span, f"unknown {name} option '{k.name}' (expected one of {', '.join(allowed)})")
+            elif v is None or v < 0:
+                self.diags.error(k.value.span, f"{name} option '{k.name}' must be a non-negative number")
+            else:
+                opts[k.name] = v
+        return {"kind": name, **opts}
+
+    def hint_cache(self, e):
+        name, _, _ = _callee(e)
+        if name == "none" and isinstance(e, ast.Name):
+            return "none"
+        if name != "hec":
+            self.diags.error(e.span, "cache is none or hec(size = ..., lifespan = ..., threshold = ..., delay = ...)")
+            return None
+        return self._named_options(e, "hec", {"size": 1_000_000, "lifespan": 2, "threshold": 2000, "delay": 1})
+
+    def hint_pipeline(self, e):
+        name, _, _ = _callee(e)
+        if name == "none" and isinstance(e, ast.Name):
+            return "none"
+        if name != "push_pull":
+            self.diags.error(e.span, "pipeline is none or push_pull(depth = 3)")
+            return None
+        return self._named_options(e, "push_pull", {"depth": 3})
+
+
+def check(program: ast.Program, source: str, train_name: str | None = None) -> tuple[CheckedProgram, DiagnosticBag]:
+    c = Checker(program, source, train_name)
+    return c.run(), c.diags

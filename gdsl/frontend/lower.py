@@ -1,0 +1,713 @@
+"""Check statements and lower the instantiated model to IR.
+
+The model named by the train block (or the only model) is interpreted with
+its static arguments: `repeat` is unrolled, and each distinct layer
+instantiation becomes a function called by `main` (the `inline` pass then
+gives each call its own params). While building ops this module enforces the
+stage rules of LANGUAGE.md and infers symbolic shapes through `ir.ops.infer`;
+every violation becomes a located diagnostic, and a statement that failed
+binds a poison value so one mistake reports once.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import sympy
+
+from gdsl.diagnostics import DiagnosticBag, Span
+from gdsl.frontend import ast
+from gdsl.frontend.checker import CheckedProgram
+from gdsl.ir.core import Func, Module, Op, Type, Value
+from gdsl.ir.ops import REDUCERS, ShapeError, fmt_shape, infer, same_dim
+
+UNARY_FNS = ("relu", "elu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs")
+INITS = {"glorot": 0, "zeros": 0, "ones": 0, "normal": 1, "uniform": 1}
+MAX_UNROLL = 1000
+
+
+class _Bail(Exception):
+    """Abandon the current statement (its diagnostic is already recorded)."""
+
+
+def sym(name: str) -> sympy.Symbol:
+    return sympy.Symbol(name)
+
+
+@dataclass
+class Binding:
+    value: Value | None = None      # a tensor
+    static: Any = None              # a sympy expression (static arg / dim)
+    kind: str = ""                  # arg | input | param | <stage> | local | static
+    span: Span = field(default_factory=Span)
+
+
+@dataclass
+class _Scope:
+    """Where ops go and what names mean while lowering one body."""
+
+    func: Func
+    env: dict[str, Binding]
+    in_layer: bool
+    scope: str | None = None
+
+
+class Lowerer:
+    def __init__(self, prog: CheckedProgram, dims: dict[str, int] | None = None,
+                 overrides: dict[str, Any] | None = None) -> None:
+        self.prog = prog
+        self.diags = DiagnosticBag()
+        self.dims: dict[str, sympy.Expr] = {k: sympy.Integer(v) for k, v in (dims or {}).items()}
+        self.overrides = overrides or {}
+        self.poison: set[Value] = set()
+        self.instances: dict[tuple, Func] = {}
+        self.funcs: dict[str, Func] = {}
+        self.call_count: dict[str, int] = {}
+        self.called_layers: set[str] = set()
+        self.cur_stage = "model"
+
+    # ---- helpers -----------------------------------------------------------
+    def error(self, span: Span, msg: str) -> None:
+        self.diags.error(span, msg)
+        raise _Bail()
+
+    def global_dim(self, name: str) -> sympy.Expr:
+        return self.dims.get(name, sym(name))
+
+    def emit(self, sc: _Scope, name: str, operands: list[Value], attrs: dict, span: Span, hint: str = "") -> Value:
+        if any(v in self.poison for v in operands):
+            raise _Bail()
+        try:
+            t = infer(name, [v.type for v in operands], attrs)
+        except ShapeError as e:
+            self.error(span, str(e))
+        attrs = dict(attrs)
+        if sc.in_layer and name not in ("param", "input"):
+            attrs.setdefault("stage", self.cur_stage)
+        if sc.scope:
+            attrs["scope"] = sc.scope
+        v = Value(t, hint)
+        sc.func.ops.append(Op(name, list(operands), v, attrs, span))
+        return v
+
+    # ---- static expressions (shapes, static args, counts) ------------------
+    def static(self, e: ast.Expr, env: dict[str, Binding]) -> sympy.Expr:
+        match e:
+            case ast.Number(value=v):
+                return sympy.Integer(v) if isinstance(v, int) else sympy.Float(v)
+            case ast.Name(id=n):
+                b = env.get(n)
+                if b is not None and b.static is not None:
+                    return b.static
+                if b is not None:
+                    self.error(e.span, f"'{n}' is a tensor; a static value (number or dimension) is needed here")
+                if n in self.prog.layers or n in self.prog.models:
+                    self.error(e.span, f"'{n}' is a {'layer' if n in self.prog.layers else 'model'}, not a number")
+                return self.global_dim(n) if n in self._global_dim_names() else self.error(e.span, f"undefined name '{n}'")
+            case ast.Neg(operand=x):
+                return -self.static(x, env)
+            case ast.BinOp(op=o, lhs=l, rhs=r) if o in "+-*/":
+                a, b = self.static(l, env), self.static(r, env)
+                if o == "/" and b == 0:
+                    self.error(e.span, "division by zero")
+                return {"+": a + b, "-": a - b, "*": a * b, "/": a / b}[o]
+        self.error(e.span, f"expected a static expression (numbers, dimensions, static arguments), got '{ast.format_expr(e)}'")
+
+    def _global_dim_names(self) -> set[str]:
+        names = set(self.dims) | {"N", "E"}
+        for d in self.prog.inputs.values():
+            for x in d.type.shape or []:
+                names |= {n.id for n in _names_in(x)}
+        return names
+
+    def static_int(self, e: ast.Expr, env, what: str, lo: int = 0) -> int:
+        v = self.static(e, env)
+        if not (v.is_number and v == int(v)) or int(v) < lo:
+            self.error(e.span, f"{what} must be an integer >= {lo}, got {sympy.sstr(v)}")
+        return int(v)
+
+    def static_float(self, e: ast.Expr, env, what: str) -> float:
+        v = self.static(e, env)
+        if not v.is_number:
+            self.error(e.span, f"{what} must be a number, got {sympy.sstr(v)}")
+        return float(v)
+
+    def shape(self, dims: list[ast.Expr], env) -> tuple:
+        out = []
+        for d in dims:
+            v = self.static(d, env)
+            if v.is_number and (v != int(v) or v <= 0):
+                self.error(d.span, f"dimension must be a positive integer, got {sympy.sstr(v)}")
+            out.append(sympy.Integer(int(v)) if v.is_number else v)
+        return tuple(out)
+
+    # ---- entry -------------------------------------------------------------
+    def run(self) -> Module | None:
+        main = Func("main", [], [], [])
+        env: dict[str, Binding] = {}
+        sc = _Scope(main, env, in_layer=False)
+        for name, d in self.prog.inputs.items():
+            try:
+                env[name] = Binding(self.input_value(sc, d), kind="input", span=d.span)
+            except _Bail:
+                pass
+        cfg = self.prog.train
+        if cfg is not None and cfg.model:
+            model = self.prog.models[cfg.model]
+            args, kwargs = cfg.model_args, cfg.model_kwargs
+        elif self.prog.models:
+            model = next(iter(self.prog.models.values()))
+            args, kwargs = [], {}
+        else:
+            return None
+        try:
+            statics = self.bind_static(model.name, model.static, args, kwargs, {}, model.span, self.overrides)
+        except _Bail:
+            return None
+        for k, v in statics.items():
+            env[k] = Binding(static=v, kind="static")
+        self.cur_stage = "model"
+        out = self.body(model.body, sc, is_layer=False, where=model)
+        for name, layer in self.prog.layers.items():
+            if name not in self.called_layers:
+                self.check_uncalled(layer)
+        if out is None:
+            return None
+        main.results = [out]
+        if cfg is not None and cfg.loss is not None:
+            self.lower_loss(sc, out, cfg)
+        self.check_order_hints()
+        m = Module(main, self.funcs)
+        m.attrs["graph"] = dict(sorted(self.prog.graph_options.items()))
+        if self.dims:
+            m.attrs["dims"] = {k: int(v) for k, v in sorted(self.dims.items())}
+        if self.prog.schedule:
+            m.attrs["schedule"] = dict(sorted(self.prog.schedule.items()))
+        if self.prog.order_hints:
+            m.attrs["order_hints"] = {f"{h.layer}#{h.occurrence}": h.value.id for h in self.prog.order_hints}
+        return m
+
+    def input_value(self, sc: _Scope, d: ast.InputDecl) -> Value:
+        if d.type.dtype == "label":
+            classes = self.static(d.type.shape[0], {}) if d.type.shape else sympy.Integer(1)
+            t = Type("vertex", "i64", ())
+            return self.emit(sc, "input", [], {"name": d.name, "type": t, "classes": classes}, d.span, d.name)
+        shape = self.shape(d.type.shape or [], {})
+        t = Type(d.domain if d.domain in ("vertex", "edge") else "vertex", "f32", shape)
+        return self.emit(sc, "input", [], {"name": d.name, "type": t}, d.span, d.name)
+
+    def check_order_hints(self) -> None:
+        for h in self.prog.order_hints:
+            if h.layer not in self.prog.layers:
+                self.diags.error(h.span, f"order hint names unknown layer '{h.layer}'")
+            elif not 1 <= h.occurrence <= self.call_count.get(h.layer, 0):
+                n = self.call_count.get(h.layer, 0)
+                self.diags.error(h.span, f"order hint for {h.layer}#{h.occurrence}, but the model calls {h.layer} {n} time{'s' if n != 1 else ''}")
+
+    def lower_loss(self, sc: _Scope, out: Value, cfg) -> None:
+        spec = cfg.loss
+        target = sc.env.get(spec.target)
+        if target is None or target.value is None or target.value in self.poison:
+            return
+        t = target.value
+        attrs = {"fn": spec.fn, "mask": spec.mask or "all"}
+        if out.type.domain != "vertex":
+            self.diags.error(spec.span, f"the model returns a {out.type.domain} value; the loss needs a vertex tensor")
+            return
+        if spec.fn in ("cross_entropy", "nll"):
+            classes = t.owner.attrs.get("classes")
+            if len(out.type.shape) != 1:
+                self.diags.error(spec.span, f"{spec.fn} needs model output [C], got {fmt_shape(out.type.shape)}")
+                return
+            if classes is not None and not same_dim(out.type.shape[0], classes):
+                self.diags.error(spec.span, f"model output has {sympy.sstr(out.type.shape[0])} features but "
+                                 f"'{spec.target}' has {sympy.sstr(classes)} classes")
+                return
+        elif spec.fn == "bce":
+            if out.type.shape not in ((), (1,)) and t.type.dtype == "i64":
+                self.diags.error(spec.span, f"bce with labels needs model output [] or [1], got {fmt_shape(out.type.shape)}")
+                return
+        elif spec.fn == "mse" and t.type.dtype == "f32":
+            if len(t.type.shape) != len(out.type.shape) or not all(same_dim(a, b) for a, b in zip(t.type.shape, out.type.shape)):
+                self.diags.error(spec.span, f"mse: model output {fmt_shape(out.type.shape)} and target {fmt_shape(t.type.shape)} differ")
+                return
+        v = Value(Type("scalar", "f32", ()), "loss")
+        sc.func.ops.append(Op("loss", [out, t], v, {**attrs, "keep": True}, spec.span))
+
+    # ---- static arguments --------------------------------------------------
+    def bind_static(self, name: str, params: list[ast.StaticParam], args: list[ast.Expr],
+                    kwargs: dict[str, ast.Expr], env, span: Span, overrides: dict | None = None) -> dict[str, sympy.Expr]:
+        """Bind positional/keyword static args (evaluated in `env`), then defaults."""
+        names = [p.name for p in params]
+        if len(args) > len(params):
+            self.error(args[len(params)].span, f"{name} takes {len(params)} static argument{'s' if len(params) != 1 else ''}, got {len(args)}")
+        given: dict[str, sympy.Expr] = {}
+        for p, a in zip(params, args):
+            given[p.name] = self.static(a, env)
+        for k, e in kwargs.items():
+            if k not in names:
+                self.error(e.span, f"{name} has no static argument '{k}'" + (f" (it has: {', '.join(names)})" if names else ""))
+            if k in given:
+                self.error(e.span, f"static argument '{k}' of {name} is given twice")
+            given[k] = self.static(e, env)
+        for k, v in (overrides or {}).items():
+            if k not in names:
+                self.error(span, f"{name} has no static argument '{k}' to override")
+            given[k] = sympy.sympify(v)
+        out: dict[str, sympy.Expr] = {}
+        own_env = {k: Binding(static=v, kind="static") for k, v in given.items()}
+        for p in params:
+            if p.name in given:
+                out[p.name] = given[p.name]
+            elif p.default is not None:
+                out[p.name] = self.static(p.default, {**own_env, **{k: Binding(static=v) for k, v in out.items()}})
+            else:
+                self.error(span, f"{name} needs a value for static argument '{p.name}'")
+            own_env[p.name] = Binding(static=out[p.name], kind="static")
+        return out
+
+    # ---- bodies ------------------------------------------------------------
+    def body(self, stmts: list[ast.Stmt], sc: _Scope, is_layer: bool, where) -> Value | None:
+        result = None
+        for i, s in enumerate(stmts):
+            if result is not None:
+                self.diags.error(s.span, "statement after return")
+                break
+            try:
+                result = self.stmt(s, sc, is_layer)
+            except _Bail:
+                target = getattr(s, "target", None) or getattr(s, "name", None)
+                if isinstance(s, ast.Return):
+                    return None
+                if target:
+                    pv = Value(Type("vertex"), target)
+                    self.poison.add(pv)
+                    sc.env[target] = Binding(pv, kind="poison")
+        if result is None and not any(isinstance(s, ast.Return) for s in stmts):
+            kind = "layer" if is_layer else "model"
+            self.diags.error(where.span, f"{kind} '{where.name}' has no return statement")
+        return result
+
+    def stmt(self, s: ast.Stmt, sc: _Scope, is_layer: bool) -> Value | None:
+        match s:
+            case ast.Return():
+                self.cur_stage = "apply" if is_layer else "model"
+                return self.expr(s.value, sc)
+            case ast.ParamStmt() if is_layer:
+                self.param(s, sc)
+            case ast.StageStmt() if is_layer:
+                self.stage(s, sc)
+            case ast.Assign() if not is_layer:
+                if len(s.values) != 1:
+                    self.error(s.values[1].span, "one value per assignment")
+                self.cur_stage = "model"
+                first_new = len(sc.func.ops)
+                v = self.expr(s.values[0], sc)
+                if v.owner in sc.func.ops[first_new:]:
+                    v.hint = s.target
+                sc.env[s.target] = Binding(v, kind="local", span=s.span)
+            case ast.Repeat() if not is_layer:
+                n = self.static_int(s.count, sc.env, "repeat count")
+                if n > MAX_UNROLL:
+                    self.error(s.count.span, f"repeat count {n} is larger than {MAX_UNROLL}")
+                for _ in range(n):
+                    for inner in s.body:
+                        try:
+                            if self.stmt(inner, sc, is_layer) is not None:
+                                self.error(inner.span, "return inside repeat")
+                        except _Bail:
+                            raise
+            case ast.ParamStmt():
+                self.error(s.span, "params are declared in layers, not models")
+            case ast.StageStmt():
+                self.error(s.span, f"'{s.stage}' statements belong in a layer; a model calls layers")
+            case ast.Assign():
+                self.error(s.span, f"a layer statement needs a stage: scatter, gather, transform, sync or apply {s.target} = ...")
+            case ast.Repeat():
+                self.error(s.span, "repeat is allowed in models only")
+            case ast.OrderHint():
+                self.error(s.span, "per-call hints belong in the schedule block")
+        return None
+
+    def param(self, s: ast.ParamStmt, sc: _Scope) -> None:
+        if s.type.dtype != "f32":
+            self.error(s.type.span, f"params are f32, not {s.type.dtype}")
+        shape = self.shape(s.type.shape or [], sc.env)
+        init, init_args = "glorot", []
+        if s.init is not None:
+            e = s.init
+            if isinstance(e, ast.Name):
+                init = e.id
+            elif isinstance(e, ast.Call) and isinstance(e.func, ast.Name):
+                init = e.func.id
+                if e.kwargs:
+                    self.error(e.kwargs[0].span, f"{init} takes a positional argument")
+                init_args = [self.static_float(a, sc.env, f"{init}'s argument") for a in e.args]
+            else:
+                self.error(e.span, "an init is a name like glorot or a call like normal(0.1)")
+            if init not in INITS:
+                self.error(e.span, f"unknown init '{init}' (expected one of glorot, zeros, ones, normal(std), uniform(a))")
+            if len(init_args) != INITS[init]:
+                self.error(e.span, f"init '{init}' takes {INITS[init]} argument{'s' if INITS[init] != 1 else ''}")
+        if s.name in sc.env and sc.env[s.name].kind == "param":
+            self.error(s.span, f"param '{s.name}' is declared twice")
+        attrs = {"name": s.name, "init": init if not init_args else f"{init}({init_args[0]!r})",
+                 "type": Type("param", "f32", shape)}
+        v = self.emit(sc, "param", [], attrs, s.span, s.name)
+        sc.env[s.name] = Binding(v, kind="param", span=s.span)
+
+    def stage(self, s: ast.StageStmt, sc: _Scope) -> None:
+        self.cur_stage = s.stage
+        e = s.value
+        first_new = len(sc.func.ops)
+        if s.stage == "gather":
+            v = self.gather(e, sc)
+        elif s.stage == "sync":
+            v = self.sync(e, sc)
+        else:
+            if s.stage == "transform":
+                self.check_transform_terms(e)
+            v = self.expr(e, sc)
+            want = "edge" if s.stage == "scatter" else "vertex"
+            if v.type.domain != want:
+                self.error(e.span, f"{s.stage} must produce a{'n' if want == 'edge' else ''} {want} tensor, "
+                           f"got a {v.type.domain} value")
+        if v.owner is not None and v.owner in sc.func.ops[first_new:]:
+            v.hint = s.target
+            if s.stage == "transform":
+                v.owner.attrs["partial"] = True
+        sc.env[s.target] = Binding(v, kind=s.stage, span=s.span)
+
+    def check_transform_terms(self, e: ast.Expr) -> None:
+        """P-TAGS transform: at most one `@ param` product per additive term."""
+        def terms(x):
+            if isinstance(x, ast.BinOp) and x.op in "+-":
+                return terms(x.lhs) + terms(x.rhs)
+            return [x]
+
+        def matmuls(x):
+            out = []
+            if isinstance(x, ast.BinOp):
+                out = matmuls(x.lhs) + matmuls(x.rhs)
+                if x.op == "@":
+                    out.append(x)
+            elif isinstance(x, ast.Neg):
+                out = matmuls(x.operand)
+            elif isinstance(x, ast.Call):
+                for a in x.args:
+                    out += matmuls(a)
+            return out
+
+        for t in terms(e):
+            ms = matmuls(t)
+            if len(ms) > 1:
+                self.diags.error(ms[-1].span if ms[-1].span.line else t.span,
+                                 "a transform term may hold at most one '@ param' product; "
+                                 "split it into two terms or two layers")
+                raise _Bail()
+
+    def gather(self, e: ast.Expr, sc: _Scope) -> Value:
+        if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in REDUCERS):
+            self.error(e.span, f"gather is r(m) with r one of {', '.join(REDUCERS)} and m an edge tensor")
+        r = e.func.id
+        if len(e.args) != 1 or not isinstance(e.args[0], ast.Name):
+            self.error(e.span, f"gather reduces one edge tensor by name: {r}(m), with m defined by a scatter")
+        to = "dst"
+        for k in e.kwargs:
+            if k.name != "to":
+                self.error(k.span, f"unknown gather option '{k.name}' (expected to = src or dst)")
+            if not (isinstance(k.value, ast.Name) and k.value.id in ("src", "dst")):
+                self.error(k.value.span, "gather direction is to = src or to = dst")
+            to = k.value.id
+        arg = e.args[0]
+        b = self.lookup(arg, sc, allow_vertex=True)
+        if b.type.domain != "edge":
+            self.error(arg.span, f"gather reduces edge tensors; '{arg.id}' is a {b.type.domain} tensor"
+                       + (f" (write scatter m = src.{arg.id} first)" if b.type.domain == "vertex" else ""))
+        return self.emit(sc, "gather", [b], {"reduce": r, "to": to}, e.span)
+
+    def sync(self, e: ast.Expr, sc: _Scope) -> Value:
+        if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "sum"
+                and len(e.args) == 1 and not e.kwargs):
+            self.error(e.span, "sync is sum(t) of a transform result")
+        arg = e.args[0]
+        b = sc.env.get(arg.id) if isinstance(arg, ast.Name) else None
+        if b is None or b.kind != "transform":
+            what = f"'{arg.id}'" if isinstance(arg, ast.Name) else "this expression"
+            self.error(arg.span, f"sync needs a transform result; {what} is not one")
+        return self.emit(sc, "sync", [b.value], {"op": "sum"}, e.span)
+
+    # ---- expressions -------------------------------------------------------
+    def lookup(self, n: ast.Name, sc: _Scope, allow_vertex: bool = False) -> Value:
+        b = sc.env.get(n.id)
+        if b is None and sc.in_layer and n.id in self.prog.inputs:
+            decl = self.prog.inputs[n.id]
+            saved, self.cur_stage = self.cur_stage, "input"
+            try:
+                b = sc.env[n.id] = Binding(self.input_value(sc, decl), kind="input", span=decl.span)
+            finally:
+                self.cur_stage = saved
+        if b is None:
+            if n.id in self.prog.layers:
+                self.error(n.span, f"layer '{n.id}' must be called: {n.id}[static args](x)")
+            if n.id in self.prog.masks:
+                self.error(n.span, f"mask '{n.id}' is only used by loss and eval")
+            if n.id in ("src", "dst"):
+                self.error(n.span, f"'{n.id}' needs a field: {n.id}.x or {n.id}.degree")
+            self.error(n.span, f"undefined name '{n.id}'")
+        if b.static is not None:
+            if not b.static.is_number:
+                return self.emit(sc, "const", [], {"value": b.static}, n.span)
+            return self.emit(sc, "const", [], {"value": _num(b.static)}, n.span)
+        v = b.value
+        if v in self.poison:
+            raise _Bail()
+        if v.type.domain == "vertex" and sc.in_layer and self.cur_stage == "scatter" and not allow_vertex:
+            self.error(n.span, f"scatter cannot read vertex tensor '{n.id}' directly; write src.{n.id} or dst.{n.id}")
+        if v.type.domain == "edge" and self.cur_stage not in ("scatter", "gather"):
+            self.error(n.span, f"{self.cur_stage} cannot read edge tensor '{n.id}'; gather it first")
+        if v.type.domain == "param" and not sc.in_layer:
+            self.error(n.span, "params are read inside layers")
+        if v.type.dtype == "i64":
+            self.error(n.span, f"'{n.id}' holds labels; only the loss reads it")
+        return v
+
+    def expr(self, e: ast.Expr, sc: _Scope) -> Value:
+        match e:
+            case ast.Number():
+                return self.emit(sc, "const", [], {"value": e.value}, e.span)
+            case ast.Name():
+                return self.lookup(e, sc)
+            case ast.Neg(operand=x):
+                return self.emit(sc, "neg", [self.expr(x, sc)], {}, e.span)
+            case ast.BinOp(op="@"):
+                a, w = self.expr(e.lhs, sc), self.expr(e.rhs, sc)
+                return self.emit(sc, "matmul", [a, w], {}, e.span)
+            case ast.BinOp(op=o):
+                a, b = self.expr(e.lhs, sc), self.expr(e.rhs, sc)
+                return self.emit(sc, {"+": "add", "-": "sub", "*": "mul", "/": "div"}[o], [a, b], {}, e.span)
+            case ast.Attr():
+                return self.endpoint(e, sc)
+            case ast.Call():
+                return self.call(e, sc)
+            case ast.Index(base=ast.Name(id=n)) if n in self.prog.layers:
+                self.error(e.span, f"layer '{n}' must be called: {ast.format_expr(e)}(x)")
+            case ast.ListExpr():
+                self.error(e.span, "a list is not a tensor")
+        self.error(e.span, f"cannot use '{ast.format_expr(e)}' here")
+
+    def endpoint(self, e: ast.Attr, sc: _Scope) -> Value:
+        if not (isinstance(e.base, ast.Name) and e.base.id in ("src", "dst")):
+            self.error(e.span, f"'{ast.format_expr(e)}': only src.x, dst.x, src.degree and dst.degree have fields")
+        side = e.base.id
+        if not sc.in_layer or self.cur_stage != "scatter":
+            self.error(e.span, f"{side}.{e.attr} is read in a scatter statement only")
+        if e.attr == "degree":
+            b = sc.env.get("degree")
+            if b is None or b.kind != "arg":  # a tensor named degree shadows the builtin
+                deg = self.emit(sc, "degree", [], {}, e.span, "degree")
+                return self.emit(sc, side, [deg], {}, e.span)
+        v = self.lookup(ast.Name(e.attr, span=e.span), sc, allow_vertex=True)
+        if v.type.domain != "vertex":
+            self.error(e.span, f"{side}.{e.attr} needs a vertex tensor; '{e.attr}' is a {v.type.domain} value")
+        return self.emit(sc, side, [v], {}, e.span)
+
+    def call(self, e: ast.Call, sc: _Scope) -> Value:
+        f = e.func
+        if isinstance(f, ast.Index) and isinstance(f.base, ast.Name) and f.base.id in self.prog.layers:
+            return self.layer_call(f.base.id, f.args, {k.name: k.value for k in f.kwargs}, e, sc)
+        if isinstance(f, ast.Name) and f.id in self.prog.layers:
+            return self.layer_call(f.id, [], {}, e, sc)
+        if isinstance(f, ast.Name) and f.id in self.prog.models:
+            self.error(f.span, f"model '{f.id}' cannot be called; call layers from a model")
+        if not isinstance(f, ast.Name):
+            self.error(f.span, f"'{ast.format_expr(f)}' is not a function or layer")
+        return self.builtin(f.id, e, sc)
+
+    def _nargs(self, e: ast.Call, lo: int, hi: int, kw: tuple = ()) -> dict[str, ast.Expr]:
+        name = e.func.id
+        if not lo <= len(e.args) <= hi:
+            want = str(lo) if lo == hi else f"{lo} to {hi}"
+            self.error(e.span, f"{name} takes {want} argument{'s' if hi != 1 else ''}, got {len(e.args)}")
+        out = {}
+        for k in e.kwargs:
+            if k.name not in kw:
+                self.error(k.span, f"{name} has no option '{k.name}'")
+            out[k.name] = k.value
+        return out
+
+    def builtin(self, name: str, e: ast.Call, sc: _Scope) -> Value:
+        s = e.span
+        if name in UNARY_FNS:
+            self._nargs(e, 1, 1)
+            return self.emit(sc, name, [self.expr(e.args[0], sc)], {}, s)
+        if name == "leaky_relu":
+            kw = self._nargs(e, 1, 2, ("slope",))
+            slope_e = e.args[1] if len(e.args) > 1 else kw.get("slope")
+            slope = self.static_float(slope_e, sc.env, "leaky_relu slope") if slope_e is not None else 0.01
+            return self.emit(sc, "leaky_relu", [self.expr(e.args[0], sc)], {"slope": slope}, s)
+        if name in ("max", "min") and len(e.args) == 2:
+            return self.emit(sc, name, [self.expr(e.args[0], sc), self.expr(e.args[1], sc)], {}, s)
+        if name == "dot":
+            self._nargs(e, 2, 2)
+            return self.emit(sc, "dot", [self.expr(e.args[0], sc), self.expr(e.args[1], sc)], {}, s)
+        if name in ("sum", "mean"):
+            kw = self._nargs(e, 1, 2, ("axis",))
+            ax_e = e.args[1] if len(e.args) > 1 else kw.get("axis")
+            if ax_e is None:
+                where = "a sync" if name == "sum" else "a gather"
+                self.error(s, f"{name}(x, axis) reduces a feature axis; to reduce over edges use {name}(m) in {where if name == 'mean' else 'a gather'}")
+            axis = self.static_int(ax_e, sc.env, f"{name} axis", lo=-8)
+            return self.emit(sc, "reduce", [self.expr(e.args[0], sc)], {"fn": name, "axis": axis}, s)
+        if name in ("max", "min"):
+            self.error(s, f"{name} takes two tensors here; to reduce messages write gather a = {name}(m)")
+        if name in ("softmax", "log_softmax"):
+            kw = self._nargs(e, 1, 1, ("axis",))
+            axis = self.static_int(kw["axis"], sc.env, "axis", lo=-8) if "axis" in kw else -1
+            return self.emit(sc, name, [self.expr(e.args[0], sc)], {"axis": axis}, s)
+        if name == "concat":
+            if len(e.args) < 2 or e.kwargs:
+                self.error(s, "concat takes two or more tensors")
+            return self.emit(sc, "concat", [self.expr(a, sc) for a in e.args], {}, s)
+        if name == "flatten":
+            self._nargs(e, 1, 1)
+            return self.emit(sc, "flatten", [self.expr(e.args[0], sc)], {}, s)
+        if name == "reshape":
+            self._nargs(e, 2, 2)
+            if not isinstance(e.args[1], ast.ListExpr):
+                self.error(e.args[1].span, "reshape's shape is a list, e.g. reshape(x, [heads, d])")
+            shape = list(self.shape(e.args[1].items, sc.env))
+            return self.emit(sc, "reshape", [self.expr(e.args[0], sc)], {"shape": shape}, s)
+        if name == "dropout":
+            kw = self._nargs(e, 1, 2, ("p",))
+            p_e = e.args[1] if len(e.args) > 1 else kw.get("p")
+            p = self.static_float(p_e, sc.env, "dropout p") if p_e is not None else 0.5
+            if not 0 <= p < 1:
+                self.error((p_e or e).span, f"dropout p must be in [0, 1), got {p:g}")
+            return self.emit(sc, "dropout", [self.expr(e.args[0], sc)], {"p": p}, s)
+        if name == "edge_softmax":
+            self._nargs(e, 1, 1)
+            if not sc.in_layer or self.cur_stage != "scatter":
+                self.error(s, "edge_softmax is written in a scatter statement")
+            return self.emit(sc, "edge_softmax", [self.expr(e.args[0], sc)], {}, s)
+        self.error(e.func.span, f"unknown function '{name}'")
+
+    # ---- layers ------------------------------------------------------------
+    def layer_call(self, name: str, args: list[ast.Expr], kwargs: dict[str, ast.Expr], e: ast.Call, sc: _Scope) -> Value:
+        if sc.in_layer:
+            self.error(e.span, f"layers are called from a model, not from layer bodies ('{name}')")
+        layer = self.prog.layers[name]
+        self.called_layers.add(name)
+        statics = self.bind_static(name, layer.static, args, kwargs, sc.env, e.span)
+        if e.kwargs:
+            self.error(e.kwargs[0].span, f"{name} takes tensors positionally")
+        if len(e.args) != len(layer.args):
+            self.error(e.span, f"{name} takes {len(layer.args)} tensor argument{'s' if len(layer.args) != 1 else ''}, got {len(e.args)}")
+        values = [self.expr(a, sc) for a in e.args]
+        env: dict[str, Binding] = {k: Binding(static=v, kind="static") for k, v in statics.items()}
+        for decl, v, a in zip(layer.args, values, e.args):
+            if v.type.domain != "vertex":
+                self.error(a.span, f"{name} takes vertex tensors; argument '{decl.name}' got a {v.type.domain} value")
+            self.match_shape(decl, v.type.shape, env, a.span, name)
+        key = (name, tuple(sorted((k, sympy.srepr(v)) for k, v in statics.items())),
+               tuple(tuple(sympy.srepr(d) for d in v.type.shape) for v in values))
+        func = self.instances.get(key)
+        if func is None:
+            func = self.lower_layer(layer, statics, env, [v.type for v in values])
+            self.instances[key] = func
+        k = self.call_count.get(name, 0) + 1
+        self.call_count[name] = k
+        if func is None:
+            raise _Bail()
+        return self.emit(sc, "call", values, {"callee": func.name, "scope": f"{name}_{k}", "type": func.results[0].type,
+                                             "layer": name, "static": {k2: _num(v2) for k2, v2 in statics.items()}}, e.span)
+
+    def match_shape(self, decl: ast.LayerArg, actual: tuple, env: dict, span: Span, layer: str) -> None:
+        if len(decl.shape) != len(actual):
+            self.error(span, f"{layer} expects '{decl.name}' with shape {_fmt_decl(decl.shape)} "
+                       f"({len(decl.shape)} feature axes), got {fmt_shape(actual)}")
+        for d, a in zip(decl.shape, actual):
+            if isinstance(d, ast.Name) and d.id not in env and d.id not in self._global_dim_names():
+                env[d.id] = Binding(static=a, kind="static")
+                continue
+            want = self.static(d, env)
+            if not same_dim(want, a):
+                self.error(span, f"{layer} expects '{decl.name}' with shape {_fmt_decl(decl.shape)} = "
+                           f"{fmt_shape([self.static(x, env) for x in decl.shape])}, got {fmt_shape(actual)}")
+
+    def lower_layer(self, layer: ast.LayerDecl, statics: dict, env: dict, arg_types: list[Type]) -> Func | None:
+        n = sum(1 for f in self.funcs if f.rsplit("_", 1)[0] == layer.name)
+        func = Func(f"{layer.name}_{n}", [], [], [], attrs={"layer": layer.name, "static": {k: _num(v) for k, v in statics.items()}})
+        lenv = dict(env)
+        for decl, t in zip(layer.args, arg_types):
+            v = Value(t, decl.name)
+            func.args.append(v)
+            lenv[decl.name] = Binding(v, kind="arg", span=decl.span)
+        lsc = _Scope(func, lenv, in_layer=True)
+        saved = self.cur_stage
+        out = self.body(layer.body, lsc, is_layer=True, where=layer)
+        self.cur_stage = saved
+        if out is None:
+            return None
+        try:
+            want = self.shape(layer.result, lenv)
+        except _Bail:
+            return None
+        if len(want) != len(out.type.shape) or not all(same_dim(a, b) for a, b in zip(want, out.type.shape)):
+            ret = next((s for s in layer.body if isinstance(s, ast.Return)), layer)
+            self.diags.error(ret.span, f"{layer.name} returns {fmt_shape(out.type.shape)} but declares -> "
+                             f"{_fmt_decl(layer.result)} = {fmt_shape(want)}")
+            return None
+        if out.type.domain != "vertex":
+            self.diags.error(layer.span, f"{layer.name} must return a vertex tensor")
+            return None
+        func.results = [out]
+        self.funcs[func.name] = func
+        return func
+
+    def check_uncalled(self, layer: ast.LayerDecl) -> None:
+        """Check a layer no model calls, with symbolic static args and inputs."""
+        env: dict[str, Binding] = {}
+        try:
+            for p in layer.static:
+                val = self.static(p.default, env) if p.default is not None else sym(p.name)
+                env[p.name] = Binding(static=val, kind="static")
+            types = []
+            for a in layer.args:
+                shape = []
+                for d in a.shape:
+                    if isinstance(d, ast.Name) and d.id not in env and d.id not in self._global_dim_names():
+                        env[d.id] = Binding(static=sym(d.id), kind="static")
+                    shape.append(self.static(d, env))
+                types.append(Type("vertex", "f32", shape))
+        except _Bail:
+            return
+        saved = dict(self.funcs)
+        self.lower_layer(layer, {k: b.static for k, b in env.items()}, env, types)
+        self.funcs = saved
+
+
+def _names_in(e: ast.Expr):
+    if isinstance(e, ast.Name):
+        yield e
+    elif isinstance(e, ast.BinOp):
+        yield from _names_in(e.lhs)
+        yield from _names_in(e.rhs)
+    elif isinstance(e, ast.Neg):
+        yield from _names_in(e.operand)
+
+
+def _fmt_decl(shape: list[ast.Expr]) -> str:
+    return "[" + ", ".join(ast.format_expr(d) for d in shape) + "]"
+
+
+def _num(v):
+    if isinstance(v, sympy.Basic) and v.is_number:
+        return int(v) if v == int(v) and v.is_Integer else float(v)
+    return v
+
+
+def lower(prog: CheckedProgram, dims: dict[str, int] | None = None, overrides: dict | None = None) -> tuple[Module | None, DiagnosticBag]:
+    low = Lowerer(prog, dims, overrides)
+    m = low.run()
+    return m, low.diags

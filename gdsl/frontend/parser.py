@@ -1,0 +1,290 @@
+"""Lark front end: source text -> `ast.Program`, or located diagnostics.
+
+One boundary (`parse`) turns every failure of the lexer or parser into a
+`CompileError` at the user's source position (STYLE.md, after Triton's
+CompilationError and Preql): no Lark exception escapes.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from gdsl.diagnostics import CompileError, Diagnostic, Span
+from gdsl.frontend import ast
+
+MAX_NESTING = 200  # ( and [ deeper than this are refused before any recursion
+
+
+class _PostLexer:
+    """Drops newlines inside ( ) and [ ] and refuses absurd nesting depth."""
+
+    always_accept = ("_NL",)
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+
+    def process(self, stream):
+        depth = 0
+        for tok in stream:
+            if tok.type in ("LPAR", "LSQB"):
+                depth += 1
+                if depth > MAX_NESTING:
+                    raise _TooDeep(tok)
+            elif tok.type in ("RPAR", "RSQB"):
+                depth = max(0, depth - 1)
+            elif tok.type == "_NL" and depth > 0:
+                continue
+            yield tok
+
+
+class _TooDeep(Exception):
+    def __init__(self, tok: Token) -> None:
+        self.tok = tok
+
+
+@functools.lru_cache(maxsize=None)
+def _parser(file: str) -> Lark:
+    grammar = (Path(__file__).with_name("grammar.lark")).read_text()
+    return Lark(grammar, parser="lalr", lexer="contextual", postlex=_PostLexer(file),
+                propagate_positions=True, maybe_placeholders=False)
+
+
+_TOKEN_NAMES = {
+    "_NL": "newline", "NAME": "name", "NUMBER": "number", "CALLREF": "call reference (Layer#k)",
+    "STAGE": "stage keyword", "$END": "end of input", "PLUS": "'+'", "MINUS": "'-'",
+    "MULOP": "operator", "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'",
+    "LBRACE": "'{'", "RBRACE": "'}'", "COMMA": "','", "COLON": "':'", "EQUAL": "'='",
+    "DOT": "'.'", "__ANON_0": "'->'",
+}
+
+
+def _tok_name(t: str, parser: Lark) -> str:
+    if t in _TOKEN_NAMES:
+        return _TOKEN_NAMES[t]
+    for term in parser.terminals:
+        if term.name == t and term.pattern.type == "str":
+            return f"'{term.pattern.value}'"
+    return t.lower()
+
+
+def _describe(tok: Token) -> str:
+    if tok.type == "$END":
+        return "end of input"
+    if tok.type == "_NL":
+        return "end of line" if ";" not in tok.value else "';'"
+    return f"'{tok.value}'"
+
+
+def parse(source: str, file: str = "<input>") -> ast.Program:
+    """Parse gdsl source into an AST; raises CompileError with located diagnostics."""
+    if "\x00" in source:
+        line = source[: source.index("\x00")].count("\n") + 1
+        raise CompileError([Diagnostic(Span(line, 1, line, 2, file), "input is not a text file (NUL byte)")], source)
+    parser = _parser(file)
+    try:
+        tree = parser.parse(source + "\n")
+        return _ToAst(file).transform(tree)
+    except _TooDeep as e:
+        t = e.tok
+        raise CompileError([Diagnostic(_tok_span(t, file), f"nesting deeper than {MAX_NESTING} levels")], source) from None
+    except UnexpectedToken as e:
+        expected = sorted({_tok_name(t, parser) for t in e.expected if not t.startswith("__ANON") or t in _TOKEN_NAMES})
+        tok = e.token
+        if tok.type == "$END":
+            lines = source.rstrip("\n").split("\n")
+            span = Span(len(lines), len(lines[-1]) + 1, len(lines), len(lines[-1]) + 2, file)
+        else:
+            span = _tok_span(tok, file)
+        msg = f"unexpected {_describe(tok)}"
+        if expected:
+            shown = expected[:5]
+            more = ", ..." if len(expected) > 5 else ""
+            msg += ", expected " + (shown[0] if len(shown) == 1 else "one of " + ", ".join(shown) + more)
+        raise CompileError([Diagnostic(span, msg)], source) from None
+    except UnexpectedCharacters as e:
+        ch = source[e.pos_in_stream] if e.pos_in_stream < len(source) else "?"
+        span = Span(e.line, e.column, e.line, e.column + 1, file)
+        raise CompileError([Diagnostic(span, f"unexpected character {ch!r}")], source) from None
+    except UnexpectedEOF as e:
+        lines = source.split("\n")
+        raise CompileError([Diagnostic(Span(len(lines), 1, len(lines), 2, file), "unexpected end of input")], source) from None
+    except UnexpectedInput as e:  # pragma: no cover - other Lark input errors
+        raise CompileError([Diagnostic(Span(getattr(e, "line", 1), getattr(e, "column", 1), file=file), "syntax error")], source) from None
+    except VisitError as e:
+        if isinstance(e.orig_exc, CompileError):
+            raise CompileError(e.orig_exc.diagnostics, source) from None
+        raise
+    except RecursionError:
+        raise CompileError([Diagnostic(Span(1, 1, 1, 2, file), "program is nested too deeply")], source) from None
+
+
+def _tok_span(t: Token, file: str) -> Span:
+    return Span(t.line, t.column, t.end_line or t.line, t.end_column or t.column + 1, file)
+
+
+def parse_number(text: str) -> int | float:
+    mult = {"K": 1_000, "M": 1_000_000, "G": 1_000_000_000}.get(text[-1], 1)
+    body = text[:-1] if mult != 1 else text
+    if any(c in body for c in ".eE"):
+        v = float(body) * mult
+        return v
+    return int(body) * mult
+
+
+class _ToAst(Transformer):
+    """Lark tree -> AST dataclasses, attaching spans from Lark's metadata."""
+
+    def __init__(self, file: str) -> None:
+        super().__init__(visit_tokens=False)
+        self.file = file
+
+    def _span(self, meta) -> Span:
+        if getattr(meta, "empty", True):
+            return Span(file=self.file)
+        return Span(meta.line, meta.column, meta.end_line, meta.end_column, self.file)
+
+    def _tspan(self, tok: Token) -> Span:
+        return _tok_span(tok, self.file)
+
+    @staticmethod
+    def _split_args(items):
+        args, kwargs = [], []
+        for it in items:
+            (kwargs if isinstance(it, ast.Kwarg) else args).append(it)
+        return args, kwargs
+
+    # -- expressions
+    @v_args(meta=True)
+    def name(self, meta, c):
+        return ast.Name(str(c[0]), span=self._span(meta))
+
+    @v_args(meta=True)
+    def number(self, meta, c):
+        return ast.Number(parse_number(str(c[0])), str(c[0]), span=self._span(meta))
+
+    @v_args(meta=True)
+    def binop(self, meta, c):
+        return ast.BinOp(str(c[1]), c[0], c[2], span=self._span(meta))
+
+    @v_args(meta=True)
+    def neg(self, meta, c):
+        return ast.Neg(c[1], span=self._span(meta))
+
+    @v_args(meta=True)
+    def attr(self, meta, c):
+        return ast.Attr(c[0], str(c[1]), span=self._span(meta))
+
+    @v_args(meta=True)
+    def call(self, meta, c):
+        args, kwargs = self._split_args(c[1:])
+        return ast.Call(c[0], args, kwargs, span=self._span(meta))
+
+    @v_args(meta=True)
+    def index(self, meta, c):
+        args, kwargs = self._split_args(c[1:])
+        return ast.Index(c[0], args, kwargs, span=self._span(meta))
+
+    @v_args(meta=True)
+    def list(self, meta, c):
+        return ast.ListExpr(list(c), span=self._span(meta))
+
+    @v_args(meta=True)
+    def kwarg(self, meta, c):
+        return ast.Kwarg(str(c[0]), c[1], span=self._span(meta))
+
+    # -- types and statements
+    @v_args(meta=True)
+    def shape(self, meta, c):
+        return list(c)
+
+    @v_args(meta=True)
+    def type_spec(self, meta, c):
+        return ast.TypeSpec(str(c[0]), c[1] if len(c) > 1 else None, span=self._span(meta))
+
+    @v_args(meta=True)
+    def param_stmt(self, meta, c):
+        return ast.ParamStmt(str(c[0]), c[1], c[2] if len(c) > 2 else None, span=self._span(meta))
+
+    @v_args(meta=True)
+    def stage_stmt(self, meta, c):
+        return ast.StageStmt(str(c[0]), str(c[1]), c[2], span=self._span(meta))
+
+    @v_args(meta=True)
+    def assign_stmt(self, meta, c):
+        return ast.Assign(str(c[0]), list(c[1:]), span=self._span(meta))
+
+    @v_args(meta=True)
+    def repeat_stmt(self, meta, c):
+        return ast.Repeat(c[0], c[1], span=self._span(meta))
+
+    @v_args(meta=True)
+    def return_stmt(self, meta, c):
+        return ast.Return(c[0], span=self._span(meta))
+
+    @v_args(meta=True)
+    def order_stmt(self, meta, c):
+        layer, k = str(c[1]).split("#")
+        return ast.OrderHint(str(c[0]), layer, int(k), c[2], span=self._span(meta))
+
+    @v_args(meta=True)
+    def block(self, meta, c):
+        return list(c)
+
+    # -- declarations
+    @v_args(meta=True)
+    def graph_options(self, meta, c):
+        return [(str(t), self._tspan(t)) for t in c]
+
+    @v_args(meta=True)
+    def graph_decl(self, meta, c):
+        return ast.GraphDecl(str(c[0]), c[1] if len(c) > 1 else [], span=self._span(meta))
+
+    @v_args(meta=True)
+    def input_decl(self, meta, c):
+        return ast.InputDecl(str(c[0]), str(c[1]), c[2], span=self._span(meta))
+
+    @v_args(meta=True)
+    def mask_decl(self, meta, c):
+        return ast.MaskDecl([(str(t), self._tspan(t)) for t in c], span=self._span(meta))
+
+    @v_args(meta=True)
+    def static_param(self, meta, c):
+        return ast.StaticParam(str(c[0]), c[1] if len(c) > 1 else None, span=self._span(meta))
+
+    @v_args(meta=True)
+    def static_params(self, meta, c):
+        return list(c)
+
+    @v_args(meta=True)
+    def layer_arg(self, meta, c):
+        return ast.LayerArg(str(c[0]), c[1], span=self._span(meta))
+
+    @v_args(meta=True)
+    def layer_decl(self, meta, c):
+        name = str(c[0])
+        rest = list(c[1:])
+        static = rest.pop(0) if rest and isinstance(rest[0], list) and (not rest[0] or isinstance(rest[0][0], ast.StaticParam)) else []
+        body = rest.pop()
+        result = rest.pop()
+        args = rest
+        return ast.LayerDecl(name, static, args, result, body, span=self._span(meta))
+
+    @v_args(meta=True)
+    def model_decl(self, meta, c):
+        static = c[1] if len(c) > 2 else []
+        return ast.ModelDecl(str(c[0]), static, c[-1], span=self._span(meta))
+
+    @v_args(meta=True)
+    def train_decl(self, meta, c):
+        return ast.TrainDecl(str(c[0]), c[1], span=self._span(meta))
+
+    @v_args(meta=True)
+    def schedule_decl(self, meta, c):
+        return ast.ScheduleDecl(c[0], span=self._span(meta))
+
+    @v_args(meta=True)
+    def start(self, meta, c):
+        return ast.Program(self.file, list(c), span=Span(1, 1, 1, 1, self.file))

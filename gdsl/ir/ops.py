@@ -1,0 +1,175 @@
+"""The op set and its typing rules.
+
+`infer(name, operand_types, attrs)` is the single source of truth for an op's
+result type: the lowering uses it to build ops and the verifier re-runs it to
+check them. A rule that fails raises `ShapeError` with a user-readable message.
+"""
+from __future__ import annotations
+
+import sympy
+
+from gdsl.ir.core import Type, format_dim
+
+
+class ShapeError(Exception):
+    pass
+
+
+UNARY = ("relu", "elu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "leaky_relu")
+BINARY = ("add", "sub", "mul", "div", "max", "min")
+REDUCERS = ("sum", "mean", "max", "min")
+# Element-wise ops that map a sum to a sum (used by the linearity analysis).
+LINEAR_UNARY = ("neg",)
+
+
+def same_dim(a, b) -> bool:
+    return sympy.expand(sympy.sympify(a) - sympy.sympify(b)) == 0
+
+
+def fmt_shape(shape) -> str:
+    return "[" + ", ".join(format_dim(d) for d in shape) + "]"
+
+
+def join_domain(domains: list[str]) -> str:
+    ds = set(domains)
+    if {"vertex", "edge"} <= ds:
+        raise ShapeError("mixes a vertex tensor and an edge tensor")
+    for d in ("vertex", "edge", "param"):
+        if d in ds:
+            return d
+    return "scalar"
+
+
+def broadcast_mode(a: tuple, b: tuple) -> str:
+    """How `broadcast` aligned two feature shapes: same, lead or trail."""
+    if len(a) == len(b) and all(same_dim(x, y) for x, y in zip(a, b)):
+        return "same"
+    try:
+        _broadcast(a, b, (True,))
+        return "lead"
+    except ShapeError:
+        return "trail"
+
+
+def broadcast(a: tuple, b: tuple) -> tuple:
+    return _broadcast(a, b, (True, False))
+
+
+def _broadcast(a: tuple, b: tuple, modes) -> tuple:
+    """Feature-shape broadcasting: equal shapes, else leading-axis alignment
+    (`[heads]` against `[heads, dout]`, LANGUAGE.md's GAT), else numpy-style
+    trailing alignment; a dim of 1 stretches."""
+    if len(a) == len(b) and all(same_dim(x, y) for x, y in zip(a, b)):
+        return a
+    for lead in modes:
+        n = max(len(a), len(b))
+        pa = (tuple(a) + (1,) * (n - len(a))) if lead else ((1,) * (n - len(a)) + tuple(a))
+        pb = (tuple(b) + (1,) * (n - len(b))) if lead else ((1,) * (n - len(b)) + tuple(b))
+        out = []
+        for x, y in zip(pa, pb):
+            if same_dim(x, y) or same_dim(y, 1):
+                out.append(x)
+            elif same_dim(x, 1):
+                out.append(y)
+            else:
+                break
+        else:
+            return tuple(out)
+    raise ShapeError(f"cannot broadcast shapes {fmt_shape(a)} and {fmt_shape(b)}")
+
+
+def _axis(attrs, rank: int, name: str) -> int:
+    ax = attrs.get("axis", -1)
+    if not -rank <= ax < rank:
+        raise ShapeError(f"{name}: axis {ax} out of range for {rank} feature axes")
+    return ax % rank
+
+
+def infer(name: str, ts: list[Type], attrs: dict) -> Type:
+    """Result type of op `name` over operand types `ts`."""
+    if name in UNARY or name in ("dropout", "sync", "softmax", "log_softmax"):
+        t = ts[0]
+        if name in ("softmax", "log_softmax"):
+            if not t.shape:
+                raise ShapeError(f"{name} needs at least one feature axis")
+            _axis(attrs, len(t.shape), name)
+        return t
+    if name in BINARY:
+        a, b = ts
+        return Type(join_domain([a.domain, b.domain]), "f32", broadcast(a.shape, b.shape))
+    if name == "matmul":
+        x, w = ts
+        if w.domain != "param":
+            raise ShapeError("the right side of '@' must be a param")
+        if not x.shape or not w.shape:
+            raise ShapeError("'@' needs a feature axis on both sides")
+        if not same_dim(x.shape[-1], w.shape[0]):
+            raise ShapeError(f"shape mismatch in '@': left side has {format_dim(x.shape[-1])} features "
+                             f"but the param has {format_dim(w.shape[0])} rows")
+        return Type(x.domain, "f32", x.shape[:-1] + w.shape[1:])
+    if name == "dot":
+        a, b = ts
+        if not a.shape or not b.shape:
+            raise ShapeError("dot needs a feature axis on both sides")
+        if not same_dim(a.shape[-1], b.shape[-1]):
+            raise ShapeError(f"dot: last axes differ ({format_dim(a.shape[-1])} vs {format_dim(b.shape[-1])})")
+        return Type(join_domain([a.domain, b.domain]), "f32", broadcast(a.shape[:-1], b.shape[:-1]))
+    if name == "reduce":
+        t = ts[0]
+        if not t.shape:
+            raise ShapeError(f"{attrs['fn']}: no feature axis to reduce")
+        ax = _axis(attrs, len(t.shape), attrs["fn"])
+        return t.with_shape(t.shape[:ax] + t.shape[ax + 1:])
+    if name == "concat":
+        dom = join_domain([t.domain for t in ts])
+        base = ts[0].shape
+        for t in ts[1:]:
+            if len(t.shape) != len(base) or not all(same_dim(x, y) for x, y in zip(t.shape[:-1], base[:-1])) or not base:
+                raise ShapeError(f"concat: shapes {fmt_shape(base)} and {fmt_shape(t.shape)} differ outside the last axis")
+        return Type(dom, "f32", base[:-1] + (sum((t.shape[-1] for t in ts), sympy.Integer(0)),))
+    if name == "flatten":
+        t = ts[0]
+        return t.with_shape((sympy.Mul(*t.shape) if t.shape else sympy.Integer(1),))
+    if name == "reshape":
+        t = ts[0]
+        new = tuple(sympy.sympify(d) for d in attrs["shape"])
+        if not same_dim(sympy.Mul(*t.shape), sympy.Mul(*new)):
+            raise ShapeError(f"reshape: cannot reshape {fmt_shape(t.shape)} into {fmt_shape(new)}")
+        return t.with_shape(new)
+    if name in ("src", "dst"):
+        t = ts[0]
+        if t.domain != "vertex":
+            raise ShapeError(f"{name}.x needs a vertex tensor, got a {t.domain} value")
+        return t.with_domain("edge")
+    if name == "gather":
+        t = ts[0]
+        if t.domain != "edge":
+            raise ShapeError(f"gather reduces edge tensors, got a {t.domain} value")
+        if attrs["reduce"] not in REDUCERS:
+            raise ShapeError(f"unknown reducer '{attrs['reduce']}'")
+        return t.with_domain("vertex")
+    if name == "edge_softmax":
+        t = ts[0]
+        if t.domain != "edge":
+            raise ShapeError("edge_softmax normalises an edge tensor")
+        return t
+    if name in ("degree", "vertex_const"):
+        return Type("vertex", "f32", ())
+    if name == "edge_const":
+        return Type("edge", "f32", ())
+    if name == "const":
+        return Type("scalar", "f32", ())
+    if name in ("param", "input", "call"):
+        return attrs["type"]
+    if name == "loss":
+        return Type("scalar", "f32", ())
+    raise ShapeError(f"unknown op '{name}'")
+
+
+# Ops whose type is given by an attribute rather than computed.
+TYPED_BY_ATTR = ("param", "input", "call")
+ALL_OPS = UNARY + BINARY + (
+    "dropout", "sync", "softmax", "log_softmax", "matmul", "dot", "reduce", "concat", "flatten",
+    "reshape", "src", "dst", "gather", "edge_softmax", "degree", "vertex_const", "edge_const",
+    "const", "param", "input", "call", "loss",
+)

@@ -1,0 +1,1 @@
+"""Compiler passes over the IR; `pipeline.py` holds their order."""

@@ -1,0 +1,64 @@
+"""canonicalize: one spelling per computation, then CSE and dead-code removal.
+
+- `gather[reduce=mean]` becomes `gather[reduce=sum]` times a precomputed
+  `vertex_const[expr=1/Max(1, degree)]` (mean of no messages is 0, as in
+  PyG and DGL); with `to=src` the out-degree is used.
+- identical pure ops are merged (never `dropout` or `param`);
+- ops whose results are unused are dropped.
+
+Requires: no `call` ops. Ensures: no `gather[reduce=mean]`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from gdsl.ir.core import Module, Op, Value
+from gdsl.ir.printer import format_attr
+from gdsl.passes.base import PassContext
+
+_IMPURE = ("dropout", "param", "loss", "input")
+_NOT_IDENTITY = ("scope", "stage", "partial")
+
+
+@dataclass(frozen=True)
+class Canonicalize:
+    name: str = "canonicalize"
+
+    def run(self, module: Module, ctx: PassContext) -> Module:
+        f = module.main
+        out: list[Op] = []
+        for op in f.ops:
+            if op.name == "gather" and op.attrs["reduce"] == "mean":
+                deg = "degree" if op.attrs["to"] == "dst" else "out_degree"
+                attrs = {k: v for k, v in op.attrs.items() if k in ("scope", "stage")}
+                inv = Value(op.result.type.with_shape(()), "inv_" + deg)
+                out.append(Op("vertex_const", [], inv, {"expr": 1 / sympy.Max(1, sympy.Symbol(deg)), **attrs}, op.span))
+                summed = Value(op.result.type, op.result.hint + "_sum" if op.result.hint else "")
+                out.append(Op("gather", op.operands, summed, {**op.attrs, "reduce": "sum"}, op.span))
+                out.append(Op("mul", [summed, inv], op.result, attrs, op.span))
+                continue
+            out.append(op)
+        f.ops = out
+        cse(f)
+        f.dead_code_elim()
+        return module
+
+
+def cse(f) -> None:
+    """Merge ops with equal name, operands and attributes (pure ops only)."""
+    seen: dict[tuple, Value] = {}
+    kept: list[Op] = []
+    for op in f.ops:
+        if op.name in _IMPURE or op.result is None:
+            kept.append(op)
+            continue
+        key = (op.name, tuple(id(v) for v in op.operands),
+               tuple(sorted((k, format_attr(v)) for k, v in op.attrs.items() if k not in _NOT_IDENTITY)))
+        if key in seen:
+            f.replace_all_uses(op.result, seen[key])
+            continue
+        seen[key] = op.result
+        kept.append(op)
+    f.ops = kept

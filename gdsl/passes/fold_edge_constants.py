@@ -1,0 +1,78 @@
+"""fold-edge-constants: precompute edge values that depend on the graph only.
+
+An edge expression built from `src.degree`, `dst.degree`, vertex constants,
+edge inputs and numbers (GCN's `rsqrt(src.degree * dst.degree)`) does not
+change during training. This pass turns each maximal such expression into a
+single `edge_const[expr=...]` whose sympy expression the backend evaluates
+once when the model is bound to a graph. Symbols: `degree` / `out_degree`
+for vertex constants; `src_degree`, `dst_degree`, `src_out_degree`,
+`dst_out_degree` and edge-input names for edge constants.
+
+Requires: canonicalized IR. Ensures: no scalar-per-edge subexpression made of
+graph constants is recomputed per epoch.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sympy
+
+from gdsl.ir.core import Module, Op, Value
+from gdsl.passes.base import PassContext
+from gdsl.passes.canonicalize import cse
+
+_FN = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "div": lambda a, b: a / b, "neg": lambda a: -a, "sqrt": sympy.sqrt,
+    "rsqrt": lambda a: 1 / sympy.sqrt(a), "exp": sympy.exp, "log": sympy.log, "abs": sympy.Abs,
+    "max": sympy.Max, "min": sympy.Min, "relu": lambda a: sympy.Max(a, 0),
+}
+
+
+@dataclass(frozen=True)
+class FoldEdgeConstants:
+    name: str = "fold-edge-constants"
+
+    def run(self, module: Module, ctx: PassContext) -> Module:
+        f = module.main
+        const: dict[Value, sympy.Expr] = {}
+        for op in f.ops:
+            e = self.expr_of(op, const)
+            if e is not None:
+                const[op.result] = e
+        users = f.uses()
+        out: list[Op] = []
+        for op in f.ops:
+            v = op.result
+            foldable = (v in const and v.type.domain == "edge" and v.type.shape == ()
+                        and op.name not in ("edge_const",)
+                        and (v in f.results or any(u.result not in const for u in users.get(v, []))))
+            if not foldable:
+                out.append(op)
+                continue
+            attrs = {k: op.attrs[k] for k in ("scope", "stage") if k in op.attrs}
+            nv = Value(v.type, v.hint or "w")
+            out.append(Op("edge_const", [], nv, {"expr": const[v], **attrs}, op.span))
+            f.replace_all_uses(v, nv)
+        f.ops = out
+        cse(f)
+        f.dead_code_elim()
+        return module
+
+    @staticmethod
+    def expr_of(op: Op, const: dict) -> sympy.Expr | None:
+        if op.name == "degree":
+            return sympy.Symbol("degree")
+        if op.name in ("vertex_const", "edge_const"):
+            return op.attrs["expr"]
+        if op.name == "const":
+            v = op.attrs["value"]
+            return sympy.nsimplify(v) if isinstance(v, float) else sympy.sympify(v)
+        if op.name == "input" and op.result.type.domain == "edge" and op.result.type.shape == ():
+            return sympy.Symbol(op.attrs["name"])
+        if op.name in ("src", "dst") and op.operands[0] in const:
+            e = const[op.operands[0]]
+            return e.subs({s: sympy.Symbol(f"{op.name}_{s.name}") for s in e.free_symbols}, simultaneous=True)
+        if op.name in _FN and all(v in const for v in op.operands) and op.operands:
+            return _FN[op.name](*[const[v] for v in op.operands])
+        return None
