@@ -1,0 +1,3 @@
+from gdsl.cli import entry
+
+entry()

@@ -1,0 +1,58 @@
+"""The Python API: `gdsl.compile(...)` -> `Program`; `Program.module(graph)`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from gdsl.compiler import Compiled, compile_source, read_source
+from gdsl.diagnostics import GdslError
+from gdsl.graph.graph import Graph
+from gdsl.ir.printer import print_module
+from gdsl.runtime.binding import bind_dims, check_masks
+
+BACKENDS = ("reference",)
+
+
+class Program:
+    """A checked gdsl program; bind it to a graph with `module(graph)`.
+
+    Static-argument overrides (`gdsl.compile("gcn.gd", hidden=64)`) apply to
+    the model the train block selects, on top of the block's own arguments.
+    """
+
+    def __init__(self, source: str, file: str = "<input>", train: str | None = None, **overrides: Any) -> None:
+        self.source, self.file, self.train_name, self.overrides = source, file, train, overrides
+        self.compiled: Compiled = compile_source(source, file, overrides=overrides, train=train)
+
+    @property
+    def train(self):
+        """The selected train block as a `TrainConfig` (or None)."""
+        return self.compiled.checked.train
+
+    @property
+    def ir(self) -> str:
+        return print_module(self.compiled.module)
+
+    def bind(self, graph: Graph) -> Compiled:
+        """Compile again with the dims bound from `graph` (concrete shapes)."""
+        dims = bind_dims(self.compiled.checked, graph)
+        check_masks(self.compiled.checked, graph)
+        return compile_source(self.source, self.file, dims=dims, overrides=self.overrides, train=self.train_name)
+
+    def module(self, graph: Graph, backend: str = "reference") -> nn.Module:
+        """The program bound to `graph` as a `torch.nn.Module` on `backend`."""
+        if backend not in BACKENDS:
+            raise GdslError(f"unknown backend '{backend}' (available: {', '.join(BACKENDS)})")
+        bound = self.bind(graph)
+        from gdsl.backends.reference import ReferenceModule
+        return ReferenceModule(bound.module, graph)
+
+
+def compile(program: str | Path, *, train: str | None = None, **overrides: Any) -> Program:  # noqa: A001
+    """Compile a .gd file (a path) or gdsl source text."""
+    text = str(program)
+    if isinstance(program, Path) or ("\n" not in text and (text.endswith(".gd") or Path(text).exists())):
+        return Program(read_source(text), text, train, **overrides)
+    return Program(text, "<input>", train, **overrides)

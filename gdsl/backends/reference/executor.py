@@ -1,0 +1,297 @@
+"""Execute an optimised IR module with plain torch ops (the oracle).
+
+Rows come first in every tensor: a vertex value of feature shape [a, b] is a
+torch tensor [N, a, b]; an edge value [E, a, b]; a param [a, b]; a scalar a
+Python float. Broadcasting follows ir.ops.broadcast (leading alignment of
+feature axes first), so operands are reshaped explicitly before torch's own
+trailing broadcasting applies.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gdsl.backends.reference.graphdata import GraphData
+from gdsl.graph.graph import Graph
+from gdsl.ir.core import Module, Op, Type, Value
+from gdsl.ir.ops import broadcast_mode
+
+_UNARY = {
+    "relu": torch.relu, "elu": F.elu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "exp": torch.exp,
+    "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "abs": torch.abs, "neg": torch.neg,
+}
+_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+           "max": torch.maximum, "min": torch.minimum}
+
+
+def init_param(shape: tuple[int, ...], init: str, gen: torch.Generator | None = None) -> torch.Tensor:
+    """Initialise a param. glorot: U(-a, a), a = sqrt(6 / (fan_in + fan_out)) with
+    fan_in = shape[0] and fan_out = prod(shape[1:]) (PyG's convention for
+    [heads, dout] attention vectors and [din, heads, dout] weights)."""
+    t = torch.empty(shape)
+    name, _, arg = init.partition("(")
+    arg = float(arg.rstrip(")")) if arg else None
+    if name == "zeros":
+        return t.zero_()
+    if name == "ones":
+        return t.fill_(1.0)
+    if name == "normal":
+        return t.normal_(0.0, arg, generator=gen)
+    if name == "uniform":
+        return t.uniform_(-arg, arg, generator=gen)
+    fan_in = shape[0] if shape else 1
+    fan_out = math.prod(shape[1:]) if len(shape) > 1 else fan_in
+    a = math.sqrt(6.0 / (fan_in + fan_out))
+    return t.uniform_(-a, a, generator=gen)
+
+
+def _rows(t: Type) -> int:
+    return 1 if t.domain in ("vertex", "edge") else 0
+
+
+def _align(x, t: Type, target_rank: int, lead: bool):
+    """View `x` (of type t) with its feature axes padded to `target_rank` by 1s."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    fs = list(x.shape[_rows(t):])
+    pad = [1] * (target_rank - len(fs))
+    new = (fs + pad) if lead else (pad + fs)
+    rows = list(x.shape[: _rows(t)]) if _rows(t) else [1]
+    return x.reshape(rows + new)
+
+
+def _binary_operands(op: Op, vals: list):
+    a, b = op.operands
+    xa, xb = vals
+    ta, tb = a.type, b.type
+    mode = broadcast_mode(ta.shape, tb.shape)
+    rank = max(len(ta.shape), len(tb.shape))
+    if mode == "same" and _rows(ta) == _rows(tb):
+        return xa, xb
+    lead = mode != "trail"
+    return _align(xa, ta, rank, lead), _align(xb, tb, rank, lead)
+
+
+class ReferenceModule(nn.Module):
+    """A compiled program bound to one graph, as a torch `nn.Module`.
+
+    `forward(x=None)` returns the model output ([N, C] logits); `x` replaces
+    the features input (the program's first f32 vertex input).
+    """
+
+    def __init__(self, module: Module, graph: Graph) -> None:
+        super().__init__()
+        self.ir = module
+        self.graph = graph
+        self.gd = GraphData(graph, module.attrs.get("graph", {}))
+        self.register_buffer("src_index", self.gd.src, persistent=False)
+        self.register_buffer("dst_index", self.gd.dst, persistent=False)
+        self._params: dict[str, nn.Parameter] = {}
+        self._consts: dict[Op, torch.Tensor] = {}
+        for op in module.main.ops:
+            if op.name == "param":
+                scope, _, pname = op.attrs["name"].rpartition(".")
+                holder = self if not scope else self._holder(scope)
+                shape = tuple(int(d) for d in op.result.type.shape)
+                p = nn.Parameter(init_param(shape, op.attrs["init"]))
+                holder.register_parameter(pname, p)
+                self._params[op.attrs["name"]] = p
+            elif op.name == "vertex_const":
+                self._consts[op] = self.gd.vertex_const(op.attrs["expr"])
+            elif op.name == "edge_const":
+                self._consts[op] = self.gd.edge_const(op.attrs["expr"])
+            elif op.name == "degree":
+                self._consts[op] = self.gd.vertex_env["degree"]
+        self._spmm = self._plan_spmm(module)
+        self.feature_input = next((op.attrs["name"] for op in module.main.ops
+                                   if op.name == "input" and op.result.type.domain == "vertex"
+                                   and op.result.type.dtype == "f32"), None)
+        self.loss_op = next((op for op in module.main.ops if op.name == "loss"), None)
+
+    def _plan_spmm(self, module: Module) -> dict[Op, tuple[Value, torch.Tensor]]:
+        """Find `gather[sum](src(x) [* w])` with a constant per-edge scalar w and
+        run it as one torch.sparse CSR matmul instead of materialising E x F
+        messages. Only the gather reads the messages, so they are skipped."""
+        users = module.main.uses()
+        only = lambda v, op: users.get(v, []) == [op] and v not in module.main.results  # noqa: E731
+        plan, self._skip = {}, set()
+        for g in module.main.ops:
+            if g.name != "gather" or g.attrs["reduce"] != "sum":
+                continue
+            m = g.operands[0]
+            mop, w, x, via = m.owner, None, None, []
+            side = "src" if g.attrs["to"] == "dst" else "dst"
+            if mop is not None and mop.name == side:
+                x = mop.operands[0]
+            elif mop is not None and mop.name == "mul":
+                a, b = mop.operands
+                for e, c in ((a, b), (b, a)):
+                    if e.owner is not None and e.owner.name == side and c.owner is not None \
+                            and c.owner.name == "edge_const" and only(e, mop):
+                        x, w, via = e.owner.operands[0], self._consts[c.owner], [e.owner]
+                        break
+            if x is None or not only(m, g):
+                continue
+            row, col = (self.gd.dst, self.gd.src) if side == "src" else (self.gd.src, self.gd.dst)
+            vals = torch.ones(row.numel()) if w is None else w.to(torch.float32)
+            n = self.gd.num_nodes
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                a = torch.sparse_coo_tensor(torch.stack([row, col]), vals, (n, n)).coalesce().to_sparse_csr()
+            plan[g] = (x, a)
+            self._skip.update([mop, *via])
+        return plan
+
+    def _holder(self, scope: str) -> nn.Module:
+        if not hasattr(self, scope):
+            self.add_module(scope, nn.Module())
+        return getattr(self, scope)
+
+    # ---- inputs
+    def _input(self, op: Op, x: torch.Tensor | None):
+        name, t = op.attrs["name"], op.result.type
+        g = self.gd.graph
+        if t.dtype == "i64":
+            return g.labels
+        if t.domain == "edge":
+            if name not in self.gd.edge_env:
+                raise KeyError(f"the graph has no edge data '{name}' for input {name}")
+            v = self.gd.edge_env[name]
+            return v
+        if name == self.feature_input:
+            return g.features if x is None else x
+        if name not in g.ndata:
+            raise KeyError(f"the graph has no vertex data '{name}' for input {name}")
+        return g.ndata[name]
+
+    def forward(self, x: torch.Tensor | None = None) -> torch.Tensor:
+        env: dict[Value, object] = {}
+        for op in self.ir.main.ops:
+            if op.name == "loss" or op in self._skip:
+                continue
+            if op in self._spmm:
+                src, a = self._spmm[op]
+                h = env[src]
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    out = torch.sparse.mm(a, h.reshape(h.shape[0], -1))
+                env[op.result] = out.reshape(h.shape)
+                continue
+            env[op.result] = self.run_op(op, [env[v] for v in op.operands], x)
+        return env[self.ir.main.results[0]]
+
+    def loss(self, out: torch.Tensor) -> torch.Tensor:
+        """The train block's loss of model output `out`."""
+        op = self.loss_op
+        if op is None:
+            raise RuntimeError("the program has no train block with a loss")
+        target = self._input(op.operands[1].owner, None)
+        mask = self.graph.masks.get(op.attrs["mask"]) if op.attrs["mask"] != "all" else None
+        if mask is not None:
+            out, target = out[mask], target[mask]
+        fn = op.attrs["fn"]
+        if fn == "cross_entropy":
+            return F.cross_entropy(out, target)
+        if fn == "nll":
+            return F.nll_loss(out, target)
+        if fn == "bce":
+            return F.binary_cross_entropy_with_logits(out.reshape(target.shape[0], -1).squeeze(-1), target.float())
+        return F.mse_loss(out, target.to(out.dtype).reshape(out.shape))
+
+    # ---- one op
+    def run_op(self, op: Op, vals: list, x):  # noqa: C901 - a dispatch table
+        n = op.name
+        t = op.result.type
+        if n == "input":
+            return self._input(op, x)
+        if n == "param":
+            return self._params[op.attrs["name"]]
+        if n == "const":
+            return float(op.attrs["value"])
+        if n in ("vertex_const", "edge_const", "degree"):
+            return self._consts[op]
+        if n in _UNARY:
+            return _UNARY[n](vals[0]) if isinstance(vals[0], torch.Tensor) else float(_UNARY[n](torch.tensor(vals[0])))
+        if n == "leaky_relu":
+            return F.leaky_relu(vals[0], op.attrs["slope"])
+        if n in _BINARY:
+            a, b = _binary_operands(op, vals)
+            if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+                return float(_BINARY[n](torch.tensor(a), torch.tensor(b)))
+            if n in ("max", "min"):
+                a = a if isinstance(a, torch.Tensor) else torch.tensor(a, dtype=b.dtype)
+                b = b if isinstance(b, torch.Tensor) else torch.tensor(b, dtype=a.dtype)
+            return _BINARY[n](a, b)
+        if n == "matmul":
+            return torch.tensordot(vals[0], vals[1], dims=1)
+        if n == "dot":
+            a, b = op.operands
+            rank = max(len(a.type.shape), len(b.type.shape)) - 1
+            lead = broadcast_mode(a.type.shape[:-1], b.type.shape[:-1]) != "trail"
+            xa = self._align_keep_last(vals[0], a.type, rank, lead)
+            xb = self._align_keep_last(vals[1], b.type, rank, lead)
+            return (xa * xb).sum(-1)
+        if n == "reduce":
+            d = op.attrs["axis"] % len(op.operands[0].type.shape) + _rows(op.operands[0].type)
+            return vals[0].sum(d) if op.attrs["fn"] == "sum" else vals[0].mean(d)
+        if n in ("softmax", "log_softmax"):
+            d = op.attrs["axis"] % len(t.shape) + _rows(t)
+            return (torch.softmax if n == "softmax" else torch.log_softmax)(vals[0], d)
+        if n == "concat":
+            return torch.cat(vals, dim=-1)
+        if n == "flatten":
+            return vals[0].reshape(vals[0].shape[0], -1) if _rows(t) else vals[0].reshape(-1)
+        if n == "reshape":
+            shape = [int(d) for d in t.shape]
+            return vals[0].reshape([vals[0].shape[0]] + shape) if _rows(t) else vals[0].reshape(shape)
+        if n == "dropout":
+            return F.dropout(vals[0], op.attrs["p"], self.training)
+        if n == "sync":
+            return vals[0]  # one process: the partial result is complete
+        if n == "src":
+            return vals[0].index_select(0, self.src_index)
+        if n == "dst":
+            return vals[0].index_select(0, self.dst_index)
+        if n == "gather":
+            return self.gather(vals[0], op.attrs["reduce"], op.attrs["to"])
+        if n == "edge_softmax":
+            return self.edge_softmax(vals[0])
+        raise NotImplementedError(f"reference backend cannot run op '{n}' (was the module optimised?)")
+
+    @staticmethod
+    def _align_keep_last(x, t: Type, rank: int, lead: bool):
+        if not isinstance(x, torch.Tensor):
+            return x
+        r = _rows(t)
+        fs = list(x.shape[r:-1])
+        pad = [1] * (rank - len(fs))
+        new = (fs + pad) if lead else (pad + fs)
+        rows = list(x.shape[:r]) if r else [1]
+        return x.reshape(rows + new + [x.shape[-1]])
+
+    def gather(self, m: torch.Tensor, reduce: str, to: str) -> torch.Tensor:
+        idx = self.dst_index if to == "dst" else self.src_index
+        n = self.gd.num_nodes
+        out_shape = (n,) + tuple(m.shape[1:])
+        if reduce in ("sum", "mean"):
+            out = m.new_zeros(out_shape).index_add(0, idx, m)
+            if reduce == "mean":
+                deg = torch.bincount(idx, minlength=n).clamp(min=1).to(m.dtype)
+                out = out / deg.reshape((n,) + (1,) * (m.dim() - 1))
+            return out
+        index = idx.reshape((-1,) + (1,) * (m.dim() - 1)).expand_as(m)
+        return m.new_zeros(out_shape).scatter_reduce(0, index, m, "amax" if reduce == "max" else "amin", include_self=False)
+
+    def edge_softmax(self, s: torch.Tensor) -> torch.Tensor:
+        """softmax of s over each destination's incoming edges (LANGUAGE.md):
+        gather-max, scatter-exp, gather-sum, scatter-divide."""
+        n = self.gd.num_nodes
+        idx = self.dst_index.reshape((-1,) + (1,) * (s.dim() - 1)).expand_as(s)
+        mx = s.new_full((n,) + tuple(s.shape[1:]), float("-inf")).scatter_reduce(0, idx, s.detach(), "amax", include_self=True)
+        e = torch.exp(s - mx.index_select(0, self.dst_index))
+        denom = e.new_zeros((n,) + tuple(s.shape[1:])).index_add(0, self.dst_index, e)
+        return e / denom.index_select(0, self.dst_index)

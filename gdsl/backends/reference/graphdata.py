@@ -1,0 +1,72 @@
+"""Graph-side tensors a compiled module needs: indices, degrees, constants."""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from gdsl.graph.graph import Graph
+
+
+def eval_sympy(expr: sympy.Expr, env: dict[str, torch.Tensor]) -> torch.Tensor | float:
+    """Evaluate a folded graph-constant expression with torch ops."""
+    if expr.is_Number:
+        return float(expr)
+    if expr.is_Symbol:
+        return env[expr.name]
+    args = [eval_sympy(a, env) for a in expr.args]
+    if expr.is_Add:
+        out = args[0]
+        for a in args[1:]:
+            out = out + a
+        return out
+    if expr.is_Mul:
+        out = args[0]
+        for a in args[1:]:
+            out = out * a
+        return out
+    if expr.is_Pow:
+        base, exp = args
+        if isinstance(base, float):
+            return torch.pow(torch.tensor(base), exp)
+        return torch.pow(base, exp)
+    if isinstance(expr, (sympy.Max, sympy.Min)):
+        fn = torch.maximum if isinstance(expr, sympy.Max) else torch.minimum
+        tens = [a for a in args if isinstance(a, torch.Tensor)]
+        out = tens[0]
+        for a in args:
+            if a is out:
+                continue
+            out = fn(out, a if isinstance(a, torch.Tensor) else torch.tensor(a, dtype=out.dtype))
+        return out
+    unary = {sympy.exp: torch.exp, sympy.log: torch.log, sympy.Abs: torch.abs}
+    for k, fn in unary.items():
+        if isinstance(expr, k):
+            a = args[0]
+            return fn(a if isinstance(a, torch.Tensor) else torch.tensor(a))
+    raise NotImplementedError(f"cannot evaluate graph constant {expr}")
+
+
+class GraphData:
+    """The bound graph as the executor sees it (after the program's options)."""
+
+    def __init__(self, graph: Graph, options: dict[str, bool]) -> None:
+        g = graph.with_options(self_loops=options.get("self_loops", False),
+                               symmetric=options.get("symmetric", False))
+        self.graph = g
+        self.num_nodes = g.num_nodes
+        self.src, self.dst = g.src, g.dst
+        indeg, outdeg = g.in_degree(), g.out_degree()
+        self.vertex_env = {"degree": indeg, "out_degree": outdeg}
+        self.edge_env = {
+            "src_degree": indeg[g.src], "dst_degree": indeg[g.dst],
+            "src_out_degree": outdeg[g.src], "dst_out_degree": outdeg[g.dst],
+            **g.edata,
+        }
+
+    def vertex_const(self, expr) -> torch.Tensor:
+        v = eval_sympy(expr, self.vertex_env)
+        return v if isinstance(v, torch.Tensor) else torch.full((self.num_nodes,), v)
+
+    def edge_const(self, expr) -> torch.Tensor:
+        v = eval_sympy(expr, self.edge_env)
+        return v if isinstance(v, torch.Tensor) else torch.full((self.src.numel(),), v)

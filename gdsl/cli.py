@@ -1,0 +1,211 @@
+"""The `gdsl` command: compile | run | passes.
+
+One boundary (`main`) turns every failure into a message: user errors
+(`file:line:col: error: ...`, data problems) exit 1, usage errors exit 2,
+and anything else is an internal error (exit 3) that says so; GDSL_DEBUG=1
+re-raises it with the Python traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import warnings
+from pathlib import Path
+
+from gdsl.diagnostics import CompileError, GdslError, render_all
+
+STAGES = ("ast", "ir", "ir-opt")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gdsl", description="gdsl: a compiler for graph neural network training")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+    sub.required = True
+
+    def common(sp):
+        sp.add_argument("program", help="a .gd program")
+        sp.add_argument("--data", help="graph .npz file or builtin name (cora, citeseer); default: the embedded Cora")
+        sp.add_argument("--train", metavar="NAME", help="which train block to use (default: the first)")
+        sp.add_argument("--set", metavar="K=V", action="append", default=[],
+                        help="override a static argument of the model, e.g. --set hidden=64")
+
+    c = sub.add_parser("compile", help="check a program and print its AST or IR")
+    common(c)
+    c.add_argument("--emit", choices=STAGES, default="ir-opt", help="what to print (default: ir-opt)")
+    c.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass")
+    c.add_argument("--print-ir-after", metavar="PASS", action="append", default=[], help="print the IR after PASS")
+    c.add_argument("--dump-dir", metavar="DIR", help="write the AST and the IR after every pass into DIR")
+    c.add_argument("--print-loc", action="store_true", help="show source locations in IR dumps")
+
+    r = sub.add_parser("run", help="train a program (full-batch) and report accuracy")
+    common(r)
+    r.add_argument("--epochs", type=int, help="override the train block's epochs")
+    r.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    r.add_argument("--backend", default="reference", help="execution backend (default: reference)")
+    r.add_argument("--json", metavar="FILE", help="write per-epoch and final metrics to FILE")
+    r.add_argument("--split", type=int, default=0, help="which split of a multi-split dataset (default 0)")
+    r.add_argument("--log-every", type=int, help="print every K epochs when not on a terminal")
+
+    sub.add_parser("passes", help="list the compiler passes in pipeline order")
+    return p
+
+
+def _overrides(pairs: list[str], parser) -> dict:
+    out = {}
+    for kv in pairs:
+        k, sep, v = kv.partition("=")
+        if not sep or not k.isidentifier():
+            parser.error(f"--set expects NAME=VALUE, got '{kv}'")
+        try:
+            out[k] = int(v)
+        except ValueError:
+            try:
+                out[k] = float(v)
+            except ValueError:
+                parser.error(f"--set {k}: '{v}' is not a number")
+    return out
+
+
+def cmd_passes(args) -> int:
+    from gdsl.passes.pipeline import DESCRIPTIONS, pass_names
+    for name in pass_names():
+        print(f"{name:<22} {DESCRIPTIONS[name]}")
+    return 0
+
+
+def cmd_compile(args, parser) -> int:
+    from gdsl.compiler import compile_source, read_source
+    from gdsl.frontend.ast import dump
+    from gdsl.ir.printer import print_module
+    from gdsl.passes.pipeline import pass_names
+
+    names = pass_names()
+    for p in args.print_ir_after:
+        if p not in names:
+            parser.error(f"--print-ir-after: unknown pass '{p}' (passes: {', '.join(names)})")
+    source = read_source(args.program)
+    dims = None
+    if args.data:
+        from gdsl.compiler import front
+        from gdsl.graph.io import load_graph
+        from gdsl.runtime.binding import bind_dims
+        _, checked = front(source, args.program, args.train)
+        dims = bind_dims(checked, load_graph(args.data))
+    dump_dir = Path(args.dump_dir) if args.dump_dir else None
+    if dump_dir:
+        dump_dir.mkdir(parents=True, exist_ok=True)
+    step = [0]
+
+    def after(name, module):
+        text = print_module(module, args.print_loc)
+        step[0] += 1
+        if args.print_ir_after_all or name in args.print_ir_after:
+            print(f"// ----- IR after {name} -----")
+            print(text, end="")
+        if dump_dir:
+            (dump_dir / f"{step[0]:02d}-{name}.ir").write_text(text)
+
+    stop = {"ast": "lower", "ir": "lower"}.get(args.emit)
+    compiled = compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser),
+                              train=args.train, stop_after=None if dump_dir or args.print_ir_after_all
+                              or args.print_ir_after else stop, after_each=after)
+    if dump_dir:
+        (dump_dir / "00-ast.txt").write_text(dump(compiled.ast, args.print_loc))
+    if args.emit == "ast":
+        print(dump(compiled.ast, args.print_loc), end="")
+    elif args.emit == "ir" and not (args.print_ir_after_all or args.print_ir_after or dump_dir):
+        print(print_module(compiled.module, args.print_loc), end="")
+    elif args.emit == "ir-opt":
+        if args.print_ir_after_all or args.print_ir_after:
+            print("// ----- final IR -----")
+        print(print_module(compiled.module, args.print_loc), end="")
+    return 0
+
+
+def cmd_run(args, parser) -> int:
+    import gdsl
+    from gdsl.graph.io import load_graph, resolve_data
+    from gdsl.runtime.trainer import Progress, train, write_json
+
+    if args.epochs is not None and args.epochs < 1:
+        parser.error("--epochs must be at least 1")
+    prog = gdsl.compile(args.program, train=args.train, **_overrides(args.set, parser))
+    cfg = prog.train
+    if cfg is None:
+        raise GdslError(f"{args.program}: the program has no train block; `gdsl run` needs one")
+    data = resolve_data(args.data)
+    graph = load_graph(data, split=args.split)
+    epochs = args.epochs or cfg.epochs
+    print(f"gdsl run {args.program}: train '{cfg.name}', model {cfg.model}, data {data} "
+          f"(N={graph.num_nodes}, E={graph.num_edges}), backend {args.backend}, seed {args.seed}, {epochs} epochs",
+          file=sys.stderr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda msg, *a, **k: print(f"gdsl: warning: {msg}", file=sys.stderr)
+        progress = Progress(epochs, every=args.log_every)
+        result = train(prog, graph, backend=args.backend, epochs=epochs, seed=args.seed, on_epoch=progress)
+    f = result.final
+    if result.interrupted:
+        print("\ngdsl: interrupted", file=sys.stderr)
+    if f:
+        accs = "  ".join(f"{k} {v:.4f}" for k, v in f.items() if k.endswith("_acc") and "/" not in k)
+        print(f"final (epoch {f['epoch']}): loss {f['loss']:.4f}  {accs}  mean epoch {f['mean_epoch_time'] * 1000:.1f} ms")
+        if "best_val_epoch" in f:
+            print(f"best val epoch {f['best_val_epoch']}: val_acc {f['best_val/val_acc']:.4f}"
+                  + (f"  test_acc {f['best_val/test_acc']:.4f}" if "best_val/test_acc" in f else ""))
+    if args.json:
+        write_json(args.json, result.to_json(program=args.program, data=str(data), backend=args.backend,
+                                             seed=args.seed, train=cfg.name, model=cfg.model))
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 130 if result.interrupted else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    debug = os.environ.get("GDSL_DEBUG") == "1"
+    try:
+        if args.cmd == "passes":
+            return cmd_passes(args)
+        if args.cmd == "compile":
+            return cmd_compile(args, parser)
+        return cmd_run(args, parser)
+    except CompileError as e:
+        print(render_all(e), file=sys.stderr)
+        n = len(e.diagnostics)
+        if n > 1:
+            print(f"{n} errors generated.", file=sys.stderr)
+        return 1
+    except GdslError as e:
+        print(f"gdsl: error: {e}", file=sys.stderr)
+        return 1
+    except FileNotFoundError as e:
+        print(f"gdsl: error: {e.filename}: no such file", file=sys.stderr)
+        return 1
+    except IsADirectoryError as e:
+        print(f"gdsl: error: {e.filename}: is a directory", file=sys.stderr)
+        return 1
+    except PermissionError as e:
+        print(f"gdsl: error: {e.filename}: permission denied", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("gdsl: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # noqa: BLE001 - the one boundary
+        if debug:
+            raise
+        from gdsl.passes.pipeline import InternalCompilerError
+        print(f"gdsl: internal compiler error: {e}", file=sys.stderr)
+        if isinstance(e, InternalCompilerError):
+            print(e.ir, file=sys.stderr)
+        print("(this is a bug in gdsl; rerun with GDSL_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 3
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,179 @@
+"""The in-memory graph: a directed edge list plus vertex and edge data.
+
+Edges run `src -> dst`; `gather` reduces each vertex's incoming edges. All
+tensors are torch tensors: `src`, `dst` int64 [E]; `features` float32
+[N, F]; `labels` int64 [N]; masks bool [N] by name (`train`, `val`, `test`);
+`edata` holds per-edge inputs by name.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from gdsl.diagnostics import GdslError
+
+
+@dataclass
+class Graph:
+    src: torch.Tensor
+    dst: torch.Tensor
+    num_nodes: int
+    features: torch.Tensor | None = None
+    labels: torch.Tensor | None = None
+    masks: dict[str, torch.Tensor] = field(default_factory=dict)
+    edata: dict[str, torch.Tensor] = field(default_factory=dict)
+    ndata: dict[str, torch.Tensor] = field(default_factory=dict)
+    name: str = "graph"
+
+    # -- the masks under their usual attribute names
+    @property
+    def train_mask(self) -> torch.Tensor | None:
+        return self.masks.get("train")
+
+    @property
+    def val_mask(self) -> torch.Tensor | None:
+        return self.masks.get("val")
+
+    @property
+    def test_mask(self) -> torch.Tensor | None:
+        return self.masks.get("test")
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.src.numel())
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.labels.max()) + 1 if self.labels is not None and self.labels.numel() else 0
+
+    def __repr__(self) -> str:
+        f = None if self.features is None else tuple(self.features.shape)
+        return f"Graph({self.name}: N={self.num_nodes}, E={self.num_edges}, features={f}, masks={list(self.masks)})"
+
+    # -- constructors
+    @classmethod
+    def from_edges(cls, src, dst, num_nodes: int | None = None, *, features=None, labels=None,
+                   train_mask=None, val_mask=None, test_mask=None, masks: dict | None = None,
+                   edata: dict | None = None, name: str = "graph", where: str = "graph") -> "Graph":
+        """Build a graph from edge lists (numpy arrays, lists or tensors); validated."""
+        src_t = _as_tensor(src, torch.int64, "src")
+        dst_t = _as_tensor(dst, torch.int64, "dst")
+        feats = None if features is None else _as_tensor(features, torch.float32, "features")
+        if num_nodes is None:
+            num_nodes = feats.shape[0] if feats is not None else int(max(src_t.max(), dst_t.max()) + 1) if src_t.numel() else 0
+        all_masks = dict(masks or {})
+        for k, v in (("train", train_mask), ("val", val_mask), ("test", test_mask)):
+            if v is not None:
+                all_masks[k] = v
+        g = cls(src_t, dst_t, int(num_nodes), feats,
+                None if labels is None else _as_tensor(labels, torch.int64, "labels"),
+                {k: _as_tensor(v, torch.bool, f"{k} mask") for k, v in all_masks.items()},
+                {k: _as_tensor(v, torch.float32, f"edge data '{k}'") for k, v in (edata or {}).items()},
+                name=name)
+        g.validate(where)
+        return g
+
+    @classmethod
+    def from_dgl(cls, g, *, feature_key: str = "feat", label_key: str = "label") -> "Graph":
+        """Convert a `dgl.DGLGraph` (homogeneous); masks from ndata `*_mask`."""
+        src, dst = g.edges()
+        nd = g.ndata
+        masks = {k[: -len("_mask")]: nd[k] for k in nd.keys() if k.endswith("_mask")}
+        return cls.from_edges(src, dst, g.num_nodes(), features=nd.get(feature_key), labels=nd.get(label_key),
+                              masks=masks, name="dgl")
+
+    @classmethod
+    def from_pyg(cls, data) -> "Graph":
+        """Convert a `torch_geometric.data.Data` (edge_index row 0 = source)."""
+        ei = data.edge_index
+        masks = {k: getattr(data, f"{k}_mask") for k in ("train", "val", "test") if getattr(data, f"{k}_mask", None) is not None}
+        edata = {}
+        if getattr(data, "edge_weight", None) is not None:
+            edata["edge_weight"] = data.edge_weight
+        return cls.from_edges(ei[0], ei[1], data.num_nodes, features=getattr(data, "x", None),
+                              labels=getattr(data, "y", None), masks=masks, edata=edata, name="pyg")
+
+    # -- checks
+    def validate(self, where: str = "graph") -> None:
+        """Refuse inconsistent data with a message naming the problem."""
+        n, e = self.num_nodes, self.num_edges
+        if self.src.shape != self.dst.shape or self.src.dim() != 1:
+            raise GdslError(f"{where}: src and dst must be 1-d of the same length, got {tuple(self.src.shape)} and {tuple(self.dst.shape)}")
+        if e:
+            lo = int(min(self.src.min(), self.dst.min()))
+            hi = int(max(self.src.max(), self.dst.max()))
+            if lo < 0 or hi >= n:
+                bad = lo if lo < 0 else hi
+                raise GdslError(f"{where}: edge endpoint {bad} is out of range for {n} vertices")
+        if self.features is not None:
+            if self.features.dim() != 2 or self.features.shape[0] != n:
+                raise GdslError(f"{where}: features must be [N={n}, F], got {list(self.features.shape)}")
+            if not torch.isfinite(self.features).all():
+                bad = int((~torch.isfinite(self.features)).any(1).nonzero()[0])
+                raise GdslError(f"{where}: features contain NaN or inf (first at vertex {bad})")
+        if self.labels is not None:
+            if self.labels.shape != (n,):
+                raise GdslError(f"{where}: labels must have one entry per vertex ({n}), got shape {list(self.labels.shape)}")
+            if n and int(self.labels.min()) < 0:
+                raise GdslError(f"{where}: labels must be class ids >= 0, found {int(self.labels.min())}")
+        for k, m in self.masks.items():
+            if m.shape != (n,):
+                raise GdslError(f"{where}: mask '{k}' must have one entry per vertex ({n}), got shape {list(m.shape)}")
+        for k, v in self.edata.items():
+            if v.shape[0] != e:
+                raise GdslError(f"{where}: edge data '{k}' has {v.shape[0]} rows for {e} edges")
+            if not torch.isfinite(v).all():
+                raise GdslError(f"{where}: edge data '{k}' contains NaN or inf")
+
+    # -- transformations used when a program binds the graph
+    def with_options(self, self_loops: bool = False, symmetric: bool = False) -> "Graph":
+        """Apply `graph G (symmetric, self_loops)`: add reverse edges (deduplicated),
+        then replace any existing self loops by exactly one per vertex (edge data 1.0)."""
+        src, dst, ed = self.src, self.dst, dict(self.edata)
+        if symmetric:
+            src, dst = torch.cat([src, dst]), torch.cat([dst, src])
+            ed = {k: torch.cat([v, v]) for k, v in ed.items()}
+            key = src * max(self.num_nodes, 1) + dst
+            uniq, first = _first_occurrence(key)
+            src, dst = src[first], dst[first]
+            ed = {k: v[first] for k, v in ed.items()}
+        if self_loops:
+            keep = src != dst
+            loop = torch.arange(self.num_nodes)
+            src, dst = torch.cat([src[keep], loop]), torch.cat([dst[keep], loop])
+            ed = {k: torch.cat([v[keep], torch.ones((self.num_nodes,) + tuple(v.shape[1:]), dtype=v.dtype)]) for k, v in ed.items()}
+        if not (symmetric or self_loops):
+            return self
+        return Graph(src, dst, self.num_nodes, self.features, self.labels, self.masks, ed, self.ndata, self.name)
+
+    def in_degree(self) -> torch.Tensor:
+        return torch.bincount(self.dst, minlength=self.num_nodes).to(torch.float32)
+
+    def out_degree(self) -> torch.Tensor:
+        return torch.bincount(self.src, minlength=self.num_nodes).to(torch.float32)
+
+
+def _first_occurrence(key: torch.Tensor):
+    """Indices of the first occurrence of each distinct key, in original order."""
+    uniq, inverse = torch.unique(key, return_inverse=True)
+    first = torch.full((uniq.numel(),), key.numel(), dtype=torch.int64)
+    first.scatter_reduce_(0, inverse, torch.arange(key.numel()), reduce="amin")
+    return uniq, torch.sort(first).values
+
+
+def _as_tensor(x, dtype: torch.dtype, what: str) -> torch.Tensor:
+    if isinstance(x, torch.Tensor):
+        t = x.detach().cpu()
+    else:
+        arr = np.asarray(x)
+        if arr.dtype == object:
+            raise GdslError(f"{what}: object arrays are not accepted")
+        t = torch.from_numpy(np.ascontiguousarray(arr))
+    if dtype == torch.int64 and (t.is_floating_point() or t.is_complex()):
+        raise GdslError(f"{what}: expected integer ids, got {t.dtype}")
+    if dtype == torch.bool and t.dtype != torch.bool:
+        if t.is_floating_point() or not bool(((t == 0) | (t == 1)).all()):
+            raise GdslError(f"{what}: expected a boolean mask, got {t.dtype}")
+    return t.to(dtype)

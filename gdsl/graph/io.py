@@ -1,0 +1,94 @@
+"""Loading graphs from the .npz format of shared/data/README.md, with checks.
+
+Never unpickles (`allow_pickle=False`): a file that holds Python objects is
+refused. Every problem is reported with the file name and what is wrong.
+"""
+from __future__ import annotations
+
+import zipfile
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from gdsl.diagnostics import GdslError
+from gdsl.graph.graph import Graph
+
+BUILTIN = ("cora", "citeseer")
+REQUIRED = ("src", "dst", "features", "labels")
+
+
+def builtin_dataset(name: str) -> Path:
+    """Path of a dataset shipped inside the package (see gdsl/data/README.md)."""
+    return Path(str(resources.files("gdsl") / "data" / f"{name}.npz"))
+
+
+def resolve_data(spec: str | None) -> Path:
+    """`None` -> embedded Cora; a builtin name -> its file; else a path."""
+    if spec is None:
+        return builtin_dataset("cora")
+    if spec in BUILTIN and not Path(spec).exists():
+        return builtin_dataset(spec)
+    return Path(spec)
+
+
+def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
+    """Load a graph from an .npz file (or a builtin name: 'cora', 'citeseer').
+
+    Files with several splits (`train_masks` of shape [S, N]) use split `split`.
+    """
+    p = resolve_data(None if path is None else str(path))
+    where = str(p)
+    if not p.exists():
+        raise GdslError(f"{where}: no such file")
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            arrays = {}
+            for k in z.files:
+                try:
+                    arrays[k] = z[k]
+                except ValueError as e:
+                    if "pickle" in str(e).lower():
+                        raise GdslError(f"{where}: array '{k}' holds pickled Python objects; gdsl never unpickles data") from None
+                    raise GdslError(f"{where}: array '{k}' cannot be read: {e}") from None
+    except GdslError:
+        raise
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        raise GdslError(f"{where}: not a readable .npz file ({e})") from None
+    missing = [k for k in REQUIRED if k not in arrays]
+    if missing:
+        raise GdslError(f"{where}: missing array{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)} "
+                        f"(an .npz graph holds src, dst, features, labels and masks)")
+    src, dst, feats, labels = (arrays[k] for k in REQUIRED)
+    for k, a in (("src", src), ("dst", dst), ("labels", labels)):
+        if a.dtype.kind not in "iu":
+            raise GdslError(f"{where}: array '{k}' must hold integers, got dtype {a.dtype}")
+        if a.ndim != 1:
+            raise GdslError(f"{where}: array '{k}' must be 1-d, got shape {list(a.shape)}")
+    if feats.dtype.kind not in "fiub" or feats.ndim != 2:
+        raise GdslError(f"{where}: array 'features' must be a 2-d numeric array [N, F], got dtype {feats.dtype} shape {list(feats.shape)}")
+    if len(src) != len(dst):
+        raise GdslError(f"{where}: array 'dst' has {len(dst)} entries but 'src' has {len(src)}")
+    n = feats.shape[0]
+    if len(labels) != n:
+        raise GdslError(f"{where}: array 'labels' has {len(labels)} entries but 'features' has {n} rows")
+    masks = {}
+    for name in ("train", "val", "test"):
+        single, multi = arrays.get(f"{name}_mask"), arrays.get(f"{name}_masks")
+        m = single
+        if multi is not None and (split != 0 or single is None):
+            if multi.ndim != 2 or not 0 <= split < multi.shape[0]:
+                raise GdslError(f"{where}: split {split} is not available in '{name}_masks' of shape {list(multi.shape)}")
+            m = multi[split]
+        if m is None:
+            continue
+        if m.dtype != np.bool_:
+            raise GdslError(f"{where}: array '{name}_mask' must be bool, got dtype {m.dtype}")
+        if m.shape != (n,):
+            raise GdslError(f"{where}: array '{name}_mask' has shape {list(m.shape)}, expected [{n}]")
+        masks[name] = m
+    edata = {k[len("edge_"):] if k.startswith("edge_") else k: v for k, v in arrays.items()
+             if k.startswith("edge_")}
+    g = Graph.from_edges(src.astype(np.int64), dst.astype(np.int64), n, features=feats.astype(np.float32),
+                         labels=labels.astype(np.int64), masks=masks, edata=edata, name=p.stem, where=where)
+    return g

@@ -1,0 +1,1 @@
+"""Runtime: binding programs to graphs, the trainer."""

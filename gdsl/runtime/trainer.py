@@ -1,0 +1,149 @@
+"""Full-batch training per a program's `train` block."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from gdsl.diagnostics import GdslError
+from gdsl.graph.graph import Graph
+
+
+@dataclass
+class EpochStats:
+    epoch: int
+    loss: float
+    metrics: dict[str, float]
+    time: float
+
+
+@dataclass
+class TrainResult:
+    epochs: list[EpochStats] = field(default_factory=list)
+    final: dict[str, float] = field(default_factory=dict)
+    interrupted: bool = False
+
+    def to_json(self, **meta) -> dict:
+        return {**meta, "interrupted": self.interrupted,
+                "epochs": [{"epoch": e.epoch, "loss": e.loss, **e.metrics, "time": e.time} for e in self.epochs],
+                "final": self.final}
+
+
+def make_optimizer(name: str, args: dict[str, float], params) -> torch.optim.Optimizer:
+    a = dict(args)
+    if name in ("adam", "adamw"):
+        betas = (a.pop("beta1", 0.9), a.pop("beta2", 0.999))
+        cls = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+        return cls(params, betas=betas, **a)
+    if name == "sgd":
+        if "nesterov" in a:
+            a["nesterov"] = bool(a["nesterov"])
+        return torch.optim.SGD(params, **a)
+    raise GdslError(f"unknown optimizer '{name}'")
+
+
+def accuracy(out: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None) -> float:
+    if mask is not None:
+        out, labels = out[mask], labels[mask]
+    if labels.numel() == 0:
+        return float("nan")
+    return float((out.argmax(-1) == labels).float().mean())
+
+
+def train(program, graph: Graph, *, backend: str = "reference", epochs: int | None = None, seed: int = 0,
+          on_epoch: Callable[[EpochStats], None] | None = None) -> TrainResult:
+    """Train `program` (a `gdsl.Program`) full-batch on `graph`; returns per-epoch stats.
+
+    Deterministic for a given seed on the reference backend. A train block
+    with `batch_size`/`fanout` is trained full-batch with a warning (mini-batch
+    training is a later issue).
+    """
+    cfg = program.train
+    if cfg is None:
+        raise GdslError(f"{program.file}: the program has no train block")
+    if cfg.batch_size is not None or cfg.fanout is not None:
+        warnings.warn(f"train block '{cfg.name}' sets batch_size/fanout, but mini-batch training is not "
+                      "implemented yet: training full-batch instead", stacklevel=2)
+    torch.manual_seed(seed)
+    model = program.module(graph, backend=backend)
+    opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
+    n_epochs = epochs if epochs is not None else cfg.epochs
+    labels = graph.labels
+    evals = [m for _, m in cfg.eval]
+    loss_mask = cfg.loss.mask if cfg.loss else None
+    names = ([loss_mask] if loss_mask and loss_mask not in evals else []) + evals
+    result = TrainResult()
+    best_val = -1.0
+    try:
+        for epoch in range(1, n_epochs + 1):
+            t0 = time.perf_counter()
+            model.train()
+            opt.zero_grad(set_to_none=True)
+            out = model()
+            loss = model.loss(out)
+            loss_value = float(loss.detach())
+            if not math.isfinite(loss_value):
+                raise GdslError(f"epoch {epoch}: the loss is {loss_value}; training diverged (try a smaller lr)")
+            loss.backward()
+            opt.step()
+            model.eval()
+            with torch.no_grad():
+                out = model()
+            metrics = {f"{m or 'all'}_acc": accuracy(out, labels, graph.masks.get(m) if m else None) for m in names}
+            stats = EpochStats(epoch, loss_value, metrics, time.perf_counter() - t0)
+            result.epochs.append(stats)
+            if on_epoch:
+                on_epoch(stats)
+    except KeyboardInterrupt:
+        result.interrupted = True
+    if result.epochs:
+        last = result.epochs[-1]
+        result.final = {"epoch": last.epoch, "loss": last.loss, **last.metrics,
+                        "mean_epoch_time": sum(e.time for e in result.epochs) / len(result.epochs)}
+        if "val_acc" in last.metrics:
+            best = max(result.epochs, key=lambda e: (e.metrics["val_acc"], -e.epoch))
+            result.final["best_val_epoch"] = best.epoch
+            result.final.update({f"best_val/{k}": v for k, v in best.metrics.items()})
+    return result
+
+
+class Progress:
+    """Per-epoch progress: one live line on a terminal, periodic lines otherwise."""
+
+    def __init__(self, total: int, stream=sys.stderr, every: int | None = None) -> None:
+        self.total, self.stream = total, stream
+        self.live = stream.isatty()
+        self.every = every or (1 if self.live else max(1, total // 20))
+
+    def __call__(self, s: EpochStats) -> None:
+        if not self.live and s.epoch % self.every and s.epoch != self.total:
+            return
+        accs = "  ".join(f"{k.replace('_acc', '')} {v:.4f}" for k, v in s.metrics.items())
+        line = f"epoch {s.epoch:>{len(str(self.total))}}/{self.total}  loss {s.loss:.4f}  {accs}  {s.time * 1000:.1f} ms"
+        if self.live:
+            self.stream.write("\r\033[K" + line)
+            if s.epoch == self.total:
+                self.stream.write("\n")
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.live:
+            self.stream.write("\n")
+
+
+def write_json(path: str, payload: dict) -> None:
+    """Write atomically: a partial file never replaces a good one."""
+    p = Path(path)
+    tmp = p.with_name(p.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=lambda x: None if isinstance(x, float) and math.isnan(x) else str(x)) + "\n")
+    os.replace(tmp, p)
