@@ -10,7 +10,7 @@ from gdsl.compiler import Compiled, compile_source, read_source
 from gdsl.diagnostics import GdslError
 from gdsl.graph.graph import Graph
 from gdsl.ir.printer import print_module
-from gdsl.runtime.binding import bind_dims, check_masks
+from gdsl.runtime.binding import bind_dims
 
 BACKENDS = ("reference",)
 
@@ -38,7 +38,6 @@ class Program:
     def bind(self, graph: Graph) -> Compiled:
         """Compile again with the dims bound from `graph` (concrete shapes)."""
         dims = bind_dims(self.compiled.checked, graph)
-        check_masks(self.compiled.checked, graph)
         return compile_source(self.source, self.file, dims=dims, overrides=self.overrides, train=self.train_name)
 
     def module(self, graph: Graph, backend: str = "reference") -> nn.Module:

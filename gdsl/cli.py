@@ -32,7 +32,8 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compile", help="check a program and print its AST or IR")
     common(c)
-    c.add_argument("--emit", choices=STAGES, default="ir-opt", help="what to print (default: ir-opt)")
+    c.add_argument("--emit", choices=STAGES, help="what to print (default: ir-opt, or nothing when "
+                   "--print-ir-after* or --dump-dir is given)")
     c.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass")
     c.add_argument("--print-ir-after", metavar="PASS", action="append", default=[], help="print the IR after PASS")
     c.add_argument("--dump-dir", metavar="DIR", help="write the AST and the IR after every pass into DIR")
@@ -106,19 +107,25 @@ def cmd_compile(args, parser) -> int:
         if dump_dir:
             (dump_dir / f"{step[0]:02d}-{name}.ir").write_text(text)
 
-    stop = {"ast": "lower", "ir": "lower"}.get(args.emit)
+    dumping = bool(dump_dir or args.print_ir_after_all or args.print_ir_after)
+    emit = args.emit or (None if dumping else "ir-opt")
+    lowered: list[str] = []
+
+    def after_and_keep(name, module):
+        if name == "lower" and emit == "ir":
+            lowered.append(print_module(module, args.print_loc))
+        after(name, module)
+
+    stop = "lower" if emit in ("ast", "ir") and not dumping else None
     compiled = compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser),
-                              train=args.train, stop_after=None if dump_dir or args.print_ir_after_all
-                              or args.print_ir_after else stop, after_each=after)
+                              train=args.train, stop_after=stop, after_each=after_and_keep)
     if dump_dir:
         (dump_dir / "00-ast.txt").write_text(dump(compiled.ast, args.print_loc))
-    if args.emit == "ast":
+    if emit == "ast":
         print(dump(compiled.ast, args.print_loc), end="")
-    elif args.emit == "ir" and not (args.print_ir_after_all or args.print_ir_after or dump_dir):
-        print(print_module(compiled.module, args.print_loc), end="")
-    elif args.emit == "ir-opt":
-        if args.print_ir_after_all or args.print_ir_after:
-            print("// ----- final IR -----")
+    elif emit == "ir":
+        print(lowered[0], end="")
+    elif emit == "ir-opt":
         print(print_module(compiled.module, args.print_loc), end="")
     return 0
 

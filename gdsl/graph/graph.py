@@ -26,6 +26,7 @@ class Graph:
     edata: dict[str, torch.Tensor] = field(default_factory=dict)
     ndata: dict[str, torch.Tensor] = field(default_factory=dict)
     name: str = "graph"
+    source: str | None = None  # the file it was loaded from, for messages
 
     # -- the masks under their usual attribute names
     @property
@@ -92,7 +93,7 @@ class Graph:
         edata = {}
         if getattr(data, "edge_weight", None) is not None:
             edata["edge_weight"] = data.edge_weight
-        return cls.from_edges(ei[0], ei[1], data.num_nodes, features=getattr(data, "x", None),
+        return cls.from_edges(ei[0], ei[1], getattr(data, "num_nodes", None), features=getattr(data, "x", None),
                               labels=getattr(data, "y", None), masks=masks, edata=edata, name="pyg")
 
     # -- checks
@@ -146,7 +147,8 @@ class Graph:
             ed = {k: torch.cat([v[keep], torch.ones((self.num_nodes,) + tuple(v.shape[1:]), dtype=v.dtype)]) for k, v in ed.items()}
         if not (symmetric or self_loops):
             return self
-        return Graph(src, dst, self.num_nodes, self.features, self.labels, self.masks, ed, self.ndata, self.name)
+        return Graph(src, dst, self.num_nodes, self.features, self.labels, self.masks, ed, self.ndata, self.name,
+                     self.source)
 
     def in_degree(self) -> torch.Tensor:
         return torch.bincount(self.dst, minlength=self.num_nodes).to(torch.float32)
@@ -170,6 +172,10 @@ def _as_tensor(x, dtype: torch.dtype, what: str) -> torch.Tensor:
         arr = np.asarray(x)
         if arr.dtype == object:
             raise GdslError(f"{what}: object arrays are not accepted")
+        if arr.size == 0 and arr.dtype == np.float64 and dtype != torch.float32:
+            arr = arr.astype(np.int64)  # an empty list
+        if arr.dtype.kind not in "biuf":
+            raise GdslError(f"{what}: expected numbers, got dtype {arr.dtype}")
         t = torch.from_numpy(np.ascontiguousarray(arr))
     if dtype == torch.int64 and (t.is_floating_point() or t.is_complex()):
         raise GdslError(f"{what}: expected integer ids, got {t.dtype}")

@@ -6,6 +6,7 @@ refused. Every problem is reported with the file name and what is wrong.
 from __future__ import annotations
 
 import zipfile
+import zlib
 from importlib import resources
 from pathlib import Path
 
@@ -41,6 +42,13 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
     where = str(p)
     if not p.exists():
         raise GdslError(f"{where}: no such file")
+    if p.is_file() and not zipfile.is_zipfile(p):
+        with open(p, "rb") as f:
+            head = f.read(6)
+        what = ("a pickled Python object; gdsl never unpickles data" if head[:1] == b"\x80"
+                else "a single .npy array" if head == b"\x93NUMPY"
+                else "not a zip archive (truncated, corrupt or another format)")
+        raise GdslError(f"{where}: not an .npz file: {what}")
     try:
         with np.load(p, allow_pickle=False) as z:
             arrays = {}
@@ -51,9 +59,11 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
                     if "pickle" in str(e).lower():
                         raise GdslError(f"{where}: array '{k}' holds pickled Python objects; gdsl never unpickles data") from None
                     raise GdslError(f"{where}: array '{k}' cannot be read: {e}") from None
+                if not isinstance(arrays[k], np.ndarray):
+                    raise GdslError(f"{where}: member '{k}' of the archive is not a .npy array")
     except GdslError:
         raise
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, zlib.error) as e:
         raise GdslError(f"{where}: not a readable .npz file ({e})") from None
     missing = [k for k in REQUIRED if k not in arrays]
     if missing:
@@ -72,23 +82,31 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
     n = feats.shape[0]
     if len(labels) != n:
         raise GdslError(f"{where}: array 'labels' has {len(labels)} entries but 'features' has {n} rows")
+    if split != 0 and not any(f"{name}_masks" in arrays for name in ("train", "val", "test")):
+        raise GdslError(f"{where}: split {split} is not available: the file has a single split (no 'train_masks')")
     masks = {}
     for name in ("train", "val", "test"):
         single, multi = arrays.get(f"{name}_mask"), arrays.get(f"{name}_masks")
-        m = single
+        m, key = single, f"{name}_mask"
         if multi is not None and (split != 0 or single is None):
             if multi.ndim != 2 or not 0 <= split < multi.shape[0]:
                 raise GdslError(f"{where}: split {split} is not available in '{name}_masks' of shape {list(multi.shape)}")
-            m = multi[split]
+            m, key = multi[split], f"{name}_masks"
         if m is None:
             continue
         if m.dtype != np.bool_:
-            raise GdslError(f"{where}: array '{name}_mask' must be bool, got dtype {m.dtype}")
+            raise GdslError(f"{where}: array '{key}' must be bool, got dtype {m.dtype}")
         if m.shape != (n,):
-            raise GdslError(f"{where}: array '{name}_mask' has shape {list(m.shape)}, expected [{n}]")
+            raise GdslError(f"{where}: array '{key}' has shape {list(m.shape)}, expected [{n}]")
         masks[name] = m
     edata = {k[len("edge_"):] if k.startswith("edge_") else k: v for k, v in arrays.items()
              if k.startswith("edge_")}
+    for k, v in edata.items():
+        if v.dtype.kind not in "fiub":
+            raise GdslError(f"{where}: array 'edge_{k}' must be numeric, got dtype {v.dtype}")
+        if v.ndim < 1:
+            raise GdslError(f"{where}: array 'edge_{k}' must have one row per edge, got a scalar")
     g = Graph.from_edges(src.astype(np.int64), dst.astype(np.int64), n, features=feats.astype(np.float32),
                          labels=labels.astype(np.int64), masks=masks, edata=edata, name=p.stem, where=where)
+    g.source = where
     return g

@@ -14,12 +14,12 @@ def bind_dims(prog: CheckedProgram, graph: Graph) -> dict[str, int]:
     input) or `graph.ndata[name]`; a label input binds its class count from
     the labels (max + 1); an edge input from `graph.edata[name]`.
     """
-    dims: dict[str, int] = {"N": graph.num_nodes, "E": graph.num_edges}
+    dims: dict[str, int] = {}  # N and E stay symbolic: row dims, and E changes with graph options
     first_feature = True
     for name, d in prog.inputs.items():
         if d.type.dtype == "label":
             if graph.labels is None:
-                raise GdslError(f"{graph.name}: the program's input '{name}' needs labels, but the graph has none")
+                raise GdslError(f"{graph.source or graph.name}: the program's input '{name}' needs labels, but the graph has none")
             _bind(dims, d.type.shape[0], graph.num_classes, name, graph)
             continue
         if d.domain == "vertex":
@@ -27,19 +27,19 @@ def bind_dims(prog: CheckedProgram, graph: Graph) -> dict[str, int]:
                 data = graph.features
                 first_feature = False
                 if data is None:
-                    raise GdslError(f"{graph.name}: the program's input '{name}' needs vertex features, but the graph has none")
+                    raise GdslError(f"{graph.source or graph.name}: the program's input '{name}' needs vertex features, but the graph has none")
             else:
                 data = graph.ndata.get(name)
                 if data is None:
-                    raise GdslError(f"{graph.name}: no vertex data '{name}' for the program's input '{name}'")
+                    raise GdslError(f"{graph.source or graph.name}: no vertex data '{name}' for the program's input '{name}'")
         else:
             data = graph.edata.get(name)
             if data is None:
                 have = ", ".join(graph.edata) or "none"
-                raise GdslError(f"{graph.name}: no edge data '{name}' for the program's edge input '{name}' (have: {have})")
+                raise GdslError(f"{graph.source or graph.name}: no edge data '{name}' for the program's edge input '{name}' (have: {have})")
         shape = d.type.shape or []
         if len(shape) != data.dim() - 1:
-            raise GdslError(f"{graph.name}: input '{name}' is declared with {len(shape)} feature axes, "
+            raise GdslError(f"{graph.source or graph.name}: input '{name}' is declared with {len(shape)} feature axes, "
                             f"the data has shape {list(data.shape)}")
         for dexpr, size in zip(shape, data.shape[1:]):
             _bind(dims, dexpr, int(size), name, graph)
@@ -49,12 +49,12 @@ def bind_dims(prog: CheckedProgram, graph: Graph) -> dict[str, int]:
 def _bind(dims: dict[str, int], dexpr: ast.Expr, size: int, name: str, graph: Graph) -> None:
     if isinstance(dexpr, ast.Number):
         if dexpr.value != size:
-            raise GdslError(f"{graph.name}: input '{name}' is declared with {dexpr.value} but the data has {size}")
+            raise GdslError(f"{graph.source or graph.name}: input '{name}' is declared with {dexpr.value} but the data has {size}")
         return
     if not isinstance(dexpr, ast.Name):
         return  # an expression dim: checked by shape inference once the names are bound
     if dexpr.id in dims and dims[dexpr.id] != size:
-        raise GdslError(f"{graph.name}: dimension {dexpr.id} is {dims[dexpr.id]} from one input and {size} from '{name}'")
+        raise GdslError(f"{graph.source or graph.name}: dimension {dexpr.id} is {dims[dexpr.id]} from one input and {size} from '{name}'")
     dims[dexpr.id] = size
 
 
@@ -67,6 +67,6 @@ def check_masks(prog: CheckedProgram, graph: Graph) -> None:
     for m in used:
         if m not in graph.masks:
             have = ", ".join(graph.masks) or "none"
-            raise GdslError(f"{graph.name}: the train block uses mask '{m}', but the graph has masks: {have}")
+            raise GdslError(f"{graph.source or graph.name}: the train block uses mask '{m}', but the graph has masks: {have}")
         if not bool(graph.masks[m].any()):
-            raise GdslError(f"{graph.name}: mask '{m}' selects no vertex")
+            raise GdslError(f"{graph.source or graph.name}: mask '{m}' selects no vertex")

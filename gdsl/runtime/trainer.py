@@ -15,6 +15,7 @@ import torch
 
 from gdsl.diagnostics import GdslError
 from gdsl.graph.graph import Graph
+from gdsl.runtime.binding import check_masks
 
 
 @dataclass
@@ -72,6 +73,7 @@ def train(program, graph: Graph, *, backend: str = "reference", epochs: int | No
     if cfg.batch_size is not None or cfg.fanout is not None:
         warnings.warn(f"train block '{cfg.name}' sets batch_size/fanout, but mini-batch training is not "
                       "implemented yet: training full-batch instead", stacklevel=2)
+    check_masks(program.compiled.checked, graph)
     torch.manual_seed(seed)
     model = program.module(graph, backend=backend)
     opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())

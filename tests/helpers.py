@@ -1,0 +1,60 @@
+"""Small graphs and hand-written torch models shared by tests."""
+from __future__ import annotations
+
+import torch
+
+import gdsl
+
+
+def random_graph(n=40, e=160, f=12, c=4, seed=0, isolated=3, hub=True) -> "gdsl.Graph":
+    """A random directed graph with isolated vertices, a hub with many
+    in-edges, duplicate-free edges, features, labels and masks."""
+    g = torch.Generator().manual_seed(seed)
+    m = n - isolated
+    src = torch.randint(0, m, (e,), generator=g)
+    dst = torch.randint(0, m, (e,), generator=g)
+    if hub:
+        src = torch.cat([src, torch.arange(1, m)])
+        dst = torch.cat([dst, torch.zeros(m - 1, dtype=torch.int64)])
+    key = torch.unique(src * n + dst)
+    src, dst = key // n, key % n
+    x = torch.randn(n, f, generator=g)
+    y = torch.randint(0, c, (n,), generator=g)
+    y[:c] = torch.arange(c)
+    perm = torch.randperm(n, generator=g)
+    train = torch.zeros(n, dtype=torch.bool)
+    train[perm[: n // 2]] = True
+    val = torch.zeros(n, dtype=torch.bool)
+    val[perm[n // 2: 3 * n // 4]] = True
+    test = ~(train | val)
+    return gdsl.Graph.from_edges(src, dst, n, features=x, labels=y, train_mask=train, val_mask=val, test_mask=test)
+
+
+def edges_with(graph, self_loops=False, symmetric=False):
+    g = graph.with_options(self_loops=self_loops, symmetric=symmetric)
+    return g.src, g.dst, graph.num_nodes
+
+
+def gcn_conv(x, W, b, src, dst, n):
+    deg = torch.bincount(dst, minlength=n).float()
+    w = deg[src].rsqrt() * deg[dst].rsqrt()
+    agg = torch.zeros(n, x.shape[1]).index_add(0, dst, x[src] * w[:, None])
+    return agg @ W + b
+
+
+def sage_conv(x, Ws, Wn, b, src, dst, n):
+    deg = torch.bincount(dst, minlength=n).clamp(min=1).float()
+    agg = torch.zeros(n, x.shape[1]).index_add(0, dst, x[src]) / deg[:, None]
+    return x @ Ws + agg @ Wn + b
+
+
+def gat_conv(x, W, al, ar, b, src, dst, n):
+    din, heads, dout = W.shape
+    z = (x @ W.reshape(din, heads * dout)).reshape(n, heads, dout)
+    el, er = (z * al).sum(-1), (z * ar).sum(-1)
+    e = torch.nn.functional.leaky_relu(el[src] + er[dst], 0.2)
+    mx = torch.full((n, heads), -float("inf")).index_reduce(0, dst, e, "amax")
+    p = torch.exp(e - mx[dst])
+    den = torch.zeros(n, heads).index_add(0, dst, p)
+    alpha = p / den[dst]
+    return torch.zeros(n, heads, dout).index_add(0, dst, alpha[:, :, None] * z[src]) + b
