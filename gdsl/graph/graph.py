@@ -92,7 +92,7 @@ class Graph:
         masks = {k: getattr(data, f"{k}_mask") for k in ("train", "val", "test") if getattr(data, f"{k}_mask", None) is not None}
         edata = {}
         if getattr(data, "edge_weight", None) is not None:
-            edata["edge_weight"] = data.edge_weight
+            edata["weight"] = data.edge_weight  # as a file's `edge_weight` array: `input weight : edge f32`
         return cls.from_edges(ei[0], ei[1], getattr(data, "num_nodes", None), features=getattr(data, "x", None),
                               labels=getattr(data, "y", None), masks=masks, edata=edata, name="pyg")
 

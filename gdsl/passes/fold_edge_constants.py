@@ -8,8 +8,11 @@ once when the model is bound to a graph. Symbols: `degree` / `out_degree`
 for vertex constants; `src_degree`, `dst_degree`, `src_out_degree`,
 `dst_out_degree` and edge-input names for edge constants.
 
+Division by such a constant becomes multiplication by its reciprocal, so
+messages always take the form `src.x * w`.
+
 Requires: canonicalized IR. Ensures: no scalar-per-edge subexpression made of
-graph constants is recomputed per epoch.
+graph constants is recomputed per epoch; no `div` by an `edge_const`.
 """
 from __future__ import annotations
 
@@ -54,10 +57,24 @@ class FoldEdgeConstants:
             nv = Value(v.type, v.hint or "w")
             out.append(Op("edge_const", [], nv, {"expr": const[v], **attrs}, op.span))
             f.replace_all_uses(v, nv)
-        f.ops = out
+        f.ops = self.divide_by_multiplying(out)
         cse(f)
         f.dead_code_elim()
         return module
+
+    @staticmethod
+    def divide_by_multiplying(ops: list[Op]) -> list[Op]:
+        """`x / w` with a folded edge constant w becomes `x * (1/w)`: one
+        message form (multiply by an edge weight) for the backends."""
+        out: list[Op] = []
+        for op in ops:
+            w = op.operands[1] if op.name == "div" else None
+            if w is not None and w.owner is not None and w.owner.name == "edge_const":
+                inv = Value(w.type, (w.hint or "w") + "_inv")
+                out.append(Op("edge_const", [], inv, {**w.owner.attrs, "expr": 1 / w.owner.attrs["expr"]}, w.owner.span))
+                op = Op("mul", [op.operands[0], inv], op.result, op.attrs, op.span)
+            out.append(op)
+        return out
 
     @staticmethod
     def expr_of(op: Op, const: dict) -> sympy.Expr | None:

@@ -120,8 +120,8 @@ def train(program, graph: Graph, *, backend: str = "reference", epochs: int | No
 class Progress:
     """Per-epoch progress: one live line on a terminal, periodic lines otherwise."""
 
-    def __init__(self, total: int, stream=sys.stderr, every: int | None = None) -> None:
-        self.total, self.stream = total, stream
+    def __init__(self, total: int, stream=None, every: int | None = None) -> None:
+        self.total, self.stream = total, stream or sys.stderr
         self.live = stream.isatty()
         self.every = every or (1 if self.live else max(1, total // 20))
 

@@ -1,0 +1,56 @@
+# repeat counts are static expressions; each unrolled call gets its own params
+# (Prop_1 .. Prop_3); the parameter-free propagation layer has none.
+graph G (self_loops)
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train
+
+layer Prop(h: [d]) -> [d] {
+    scatter m = src.h / dst.degree
+    gather  a = sum(m)
+    return a
+}
+
+layer Lin[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    transform t = h @ W
+    sync s = sum(t)
+    return s
+}
+
+model SGC[K = 2] {
+    h = X
+    repeat K * 2 - 1 {
+        h = Prop(h)
+    }
+    return Lin[C](h)
+}
+
+train t { model = SGC[K = 2]; loss = cross_entropy(Y, mask = train) }
+
+# RUN: gdsl compile %s | filecheck %s
+
+# CHECK: module attrs {graph={self_loops=true}}
+# CHECK: func @main() {
+# CHECK-NEXT:   %X : vertex f32[N, F] = input[name=X]
+# CHECK-NEXT:   %Y : vertex i64[N] = input[classes=C, name=Y]
+# CHECK-NEXT:   # Prop_1
+# CHECK-NEXT:   %0 : edge f32[E, F] = src[stage=scatter] %X
+# CHECK-NEXT:   %w_inv : edge f32[E] = edge_const[expr=1/dst_degree, stage=scatter]
+# CHECK-NEXT:   %m : edge f32[E, F] = mul[stage=scatter] %0, %w_inv
+# CHECK-NEXT:   %a : vertex f32[N, F] = gather[reduce=sum, stage=gather, to=dst] %m
+# CHECK-NEXT:   # Prop_2
+# CHECK-NEXT:   %1 : edge f32[E, F] = src[stage=scatter] %a
+# CHECK-NEXT:   %m_1 : edge f32[E, F] = mul[stage=scatter] %1, %w_inv
+# CHECK-NEXT:   %a_1 : vertex f32[N, F] = gather[reduce=sum, stage=gather, to=dst] %m_1
+# CHECK-NEXT:   # Prop_3
+# CHECK-NEXT:   %2 : edge f32[E, F] = src[stage=scatter] %a_1
+# CHECK-NEXT:   %m_2 : edge f32[E, F] = mul[stage=scatter] %2, %w_inv
+# CHECK-NEXT:   %a_2 : vertex f32[N, F] = gather[reduce=sum, stage=gather, to=dst] %m_2
+# CHECK-NEXT:   # Lin_1
+# CHECK-NEXT:   %W : param f32[F, C] = param[init=glorot, name=Lin_1.W]
+# CHECK-NEXT:   %t : vertex f32[N, C] = matmul[partial=true, stage=transform] %a_2, %W
+# CHECK-NEXT:   %s : vertex f32[N, C] = sync[op=sum, stage=sync] %t
+# CHECK-NEXT:   %loss : scalar f32[] = loss[fn=cross_entropy, mask=train] %s, %Y
+# CHECK-NEXT:   return %s
+# CHECK-NEXT: }

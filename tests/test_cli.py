@@ -1,0 +1,127 @@
+"""The gdsl command: compile / run / passes, as a user runs them."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from filecheck_runner import run_gdsl
+from helpers import random_graph
+
+ROOT = Path(__file__).resolve().parent.parent
+GCN = str(ROOT / "programs" / "gcn.gd")
+SAGE = str(ROOT / "programs" / "sage.gd")
+
+
+def test_passes_lists_pipeline_in_order():
+    code, out, _ = run_gdsl(["passes"])
+    assert code == 0
+    names = [line.split()[0] for line in out.splitlines()]
+    assert names == ["lower", "inline", "insert-sync", "canonicalize", "fold-edge-constants"]
+
+
+def test_dump_dir_writes_every_stage(tmp_path):
+    code, out, err = run_gdsl(["compile", GCN, "--dump-dir", str(tmp_path / "d")])
+    assert code == 0, err
+    files = sorted(p.name for p in (tmp_path / "d").iterdir())
+    assert files == ["00-ast.txt", "01-lower.ir", "02-inline.ir", "03-insert-sync.ir",
+                     "04-canonicalize.ir", "05-fold-edge-constants.ir"]
+    assert "edge_const" in (tmp_path / "d" / "05-fold-edge-constants.ir").read_text()
+    assert out == ""
+
+
+def test_print_loc_shows_source_positions():
+    code, out, _ = run_gdsl(["compile", GCN, "--print-loc"])
+    assert code == 0
+    assert "gcn.gd:10:19" in out  # the scatter's src.h
+
+
+def test_compile_is_deterministic():
+    a = run_gdsl(["compile", str(ROOT / "programs" / "gat.gd")])[1]
+    b = run_gdsl(["compile", str(ROOT / "programs" / "gat.gd")])[1]
+    assert a == b and a
+
+
+@pytest.mark.parametrize("argv", [
+    ["compile"],
+    ["compile", GCN, "--emit", "llvm"],
+    ["compile", GCN, "--print-ir-after", "nosuchpass"],
+    ["run", GCN, "--epochs", "0"],
+    ["run", GCN, "--set", "hidden"],
+    ["frobnicate"],
+])
+def test_usage_errors_exit_2(argv, capsys):
+    code, _, err = run_gdsl(argv)
+    assert code == 2
+    assert "Traceback" not in err
+
+
+def test_set_overrides_static_args():
+    code, out, _ = run_gdsl(["compile", GCN, "--set", "hidden=32"])
+    assert code == 0 and "f32[F, 32]" in out
+    code, _, err = run_gdsl(["compile", GCN, "--set", "nosuch=3"])
+    assert code == 1 and "GCN has no static argument 'nosuch'" in err
+
+
+def test_run_json_and_determinism(tmp_path):
+    j1, j2 = tmp_path / "a.json", tmp_path / "b.json"
+    for j in (j1, j2):
+        code, out, err = run_gdsl(["run", GCN, "--epochs", "5", "--seed", "3", "--json", str(j)])
+        assert code == 0, err
+        assert "final (epoch 5)" in out and "test_acc" in out
+    a, b = json.loads(j1.read_text()), json.loads(j2.read_text())
+    assert [e["loss"] for e in a["epochs"]] == [e["loss"] for e in b["epochs"]]
+    assert len(a["epochs"]) == 5
+    assert set(a["epochs"][0]) >= {"epoch", "loss", "train_acc", "val_acc", "test_acc", "time"}
+    assert a["final"]["epoch"] == 5 and a["seed"] == 3 and a["model"] == "GCN"
+    code, _, _ = run_gdsl(["run", GCN, "--epochs", "5", "--seed", "4", "--json", str(j2)])
+    assert [e["loss"] for e in json.loads(j2.read_text())["epochs"]] != [e["loss"] for e in a["epochs"]]
+
+
+def test_run_minibatch_block_warns_and_trains_full_batch():
+    code, out, err = run_gdsl(["run", SAGE, "--epochs", "2", "--set", "hidden=16", "--data", "citeseer"])
+    assert code == 0, err
+    assert "warning: train block 'products' sets batch_size/fanout" in err
+    assert "full-batch" in err
+
+
+def test_run_unknown_backend_is_a_clear_error():
+    code, _, err = run_gdsl(["run", GCN, "--epochs", "1", "--backend", "cuda"])
+    assert code == 1 and "unknown backend 'cuda'" in err
+
+
+def test_run_program_without_train_block(tmp_path):
+    p = tmp_path / "m.gd"
+    p.write_text("graph G\ninput X : vertex f32[F]\nlayer L(h: [d]) -> [d] {\n scatter m = src.h\n gather a = sum(m)\n"
+                 " return a\n}\nmodel M { return L(X) }\n")
+    assert run_gdsl(["compile", str(p)])[0] == 0
+    code, _, err = run_gdsl(["run", str(p)])
+    assert code == 1 and "no train block" in err
+
+
+def test_run_with_npz_path(tmp_path):
+    import numpy as np
+
+    g = random_graph(n=30, e=90, f=5, c=3)
+    path = tmp_path / "small.npz"
+    np.savez(path, src=g.src.numpy(), dst=g.dst.numpy(), features=g.features.numpy(), labels=g.labels.numpy(),
+             train_mask=g.train_mask.numpy(), val_mask=g.val_mask.numpy(), test_mask=g.test_mask.numpy())
+    code, out, err = run_gdsl(["run", GCN, "--data", str(path), "--epochs", "3"])
+    assert code == 0, err
+    assert "N=30" in err
+
+
+def test_real_process_exit_codes_and_no_traceback(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    bad = tmp_path / "bad.gd"
+    bad.write_text("graph G\nmodel M { return Y }\n")
+    r = subprocess.run([sys.executable, "-m", "gdsl", "compile", str(bad)], capture_output=True, text=True, env=env)
+    assert r.returncode == 1
+    assert f"{bad}:2:18: error: undefined name 'Y'" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = subprocess.run([sys.executable, "-m", "gdsl", "compile"], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
