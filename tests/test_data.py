@@ -24,7 +24,7 @@ from gdsl import GdslError
 from gdsl.cli import main
 from gdsl.graph.graph import Graph
 from gdsl.graph.io import builtin_dataset, load_graph
-from gdsl.runtime import trainer  # noqa: F401 - imported before any capsys: Progress binds sys.stderr at import
+
 
 ROOT = Path(__file__).resolve().parents[1]
 GCN = str(ROOT / "programs" / "gcn.gd")

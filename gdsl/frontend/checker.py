@@ -41,7 +41,7 @@ class TrainConfig:
     name: str
     model: str
     model_args: list[ast.Expr]
-    model_kwargs: dict[str, ast.Expr]
+    model_kwargs: list[ast.Kwarg]
     loss: LossSpec | None
     optimizer: str = "adam"
     optimizer_args: dict[str, float] = field(default_factory=lambda: {"lr": 0.01})
@@ -97,7 +97,8 @@ class Checker:
     def define(self, name: str, kind: str, span: Span) -> None:
         if name in self._defined:
             other_kind, other = self._defined[name]
-            self.diags.error(span, f"'{name}' is already defined as a {other_kind} at line {other.line}")
+            article = "an" if other_kind[0] in "aeiou" else "a"
+            self.diags.error(span, f"'{name}' is already defined as {article} {other_kind} at line {other.line}")
         else:
             self._defined[name] = (kind, span)
 
@@ -136,7 +137,9 @@ class Checker:
                     if self.out.schedule or self.out.order_hints:
                         self.diags.error(d.span, "only one schedule block is allowed")
                     self.check_schedule(d)
-        if not self.out.models:
+        if not self.p.decls:
+            self.diags.error(Span(1, 1, 1, 2, self.p.file), "the program is empty: it declares no model")
+        elif not self.out.models:
             self.diags.error(Span(1, 1, 1, 2, self.p.file), "the program declares no model")
         self.pick_train()
         return self.out
@@ -181,7 +184,7 @@ class Checker:
                 self.out.train = cfg
 
     def check_train(self, d: ast.TrainDecl) -> TrainConfig | None:
-        cfg = TrainConfig(d.name, "", [], {}, None, span=d.span)
+        cfg = TrainConfig(d.name, "", [], [], None, span=d.span)
         seen: dict[str, Span] = {}
         for s in d.body:
             if not isinstance(s, ast.Assign):
@@ -216,7 +219,7 @@ class Checker:
             self.diags.error(e.span, f"unknown model '{name}'" + (f" ('{name}' is a layer)" if name in self.out.layers else ""))
             return
         cfg.model, cfg.model_args = name, args
-        cfg.model_kwargs = {k.name: k.value for k in kwargs}
+        cfg.model_kwargs = list(kwargs)
 
     def train_loss(self, cfg: TrainConfig, vals: list[ast.Expr]) -> None:
         e = vals[0]
@@ -231,7 +234,7 @@ class Checker:
         inp = self.out.inputs.get(target)
         if inp is None or inp.domain != "vertex":
             self.diags.error(args[0].span, f"loss target '{target}' is not a vertex input")
-        elif name in ("cross_entropy", "nll") and inp.type.dtype != "label":
+        elif name in ("cross_entropy", "nll") and inp.type.dtype != "label" and inp.type.dtype in DTYPES:
             self.diags.error(args[0].span, f"{name} needs a label input; '{target}' is {inp.type.dtype}")
         mask = None
         for k in kwargs:

@@ -91,7 +91,8 @@ class Lowerer:
         return v
 
     # ---- static expressions (shapes, static args, counts) ------------------
-    def static(self, e: ast.Expr, env: dict[str, Binding]) -> sympy.Expr:
+    def static(self, e: ast.Expr, env: dict[str, Binding], what: str | None = None) -> sympy.Expr:
+        """Evaluate a static expression; `what` names it in errors (e.g. 'leaky_relu slope')."""
         match e:
             case ast.Number(value=v):
                 return sympy.Integer(v) if isinstance(v, int) else sympy.Float(v)
@@ -99,18 +100,24 @@ class Lowerer:
                 b = env.get(n)
                 if b is not None and b.static is not None:
                     return b.static
+                if b is not None and what:
+                    self.error(e.span, f"{what} must be a static value (a number, dimension or static argument); "
+                               f"'{n}' is a tensor")
                 if b is not None:
                     self.error(e.span, f"'{n}' is a tensor; a static value (number or dimension) is needed here")
                 if n in self.prog.layers or n in self.prog.models:
                     self.error(e.span, f"'{n}' is a {'layer' if n in self.prog.layers else 'model'}, not a number")
                 return self.global_dim(n) if n in self._global_dim_names() else self.error(e.span, f"undefined name '{n}'")
             case ast.Neg(operand=x):
-                return -self.static(x, env)
+                return -self.static(x, env, what)
             case ast.BinOp(op=o, lhs=l, rhs=r) if o in "+-*/":
-                a, b = self.static(l, env), self.static(r, env)
+                a, b = self.static(l, env, what), self.static(r, env, what)
                 if o == "/" and b == 0:
                     self.error(e.span, "division by zero")
                 return {"+": a + b, "-": a - b, "*": a * b, "/": a / b}[o]
+        if what:
+            self.error(e.span, f"{what} must be a static value (a number, dimension or static argument), "
+                       f"got '{ast.format_expr(e)}'")
         self.error(e.span, f"expected a static expression (numbers, dimensions, static arguments), got '{ast.format_expr(e)}'")
 
     def _global_dim_names(self) -> set[str]:
@@ -121,15 +128,15 @@ class Lowerer:
         return names
 
     def static_int(self, e: ast.Expr, env, what: str, lo: int = 0) -> int:
-        v = self.static(e, env)
+        v = self.static(e, env, what)
         if not (v.is_number and v == int(v)) or int(v) < lo:
-            self.error(e.span, f"{what} must be an integer >= {lo}, got {sympy.sstr(v)}")
+            self.error(e.span, f"{what} must be an integer >= {lo}, got {_fmt(v)}")
         return int(v)
 
     def static_float(self, e: ast.Expr, env, what: str) -> float:
-        v = self.static(e, env)
+        v = self.static(e, env, what)
         if not v.is_number:
-            self.error(e.span, f"{what} must be a number, got {sympy.sstr(v)}")
+            self.error(e.span, f"{what} must be a number, got {_fmt(v)}")
         return float(v)
 
     def shape(self, dims: list[ast.Expr], env) -> tuple:
@@ -137,7 +144,7 @@ class Lowerer:
         for d in dims:
             v = self.static(d, env)
             if v.is_number and (v != int(v) or v <= 0):
-                self.error(d.span, f"dimension must be a positive integer, got {sympy.sstr(v)}")
+                self.error(d.span, f"dimension must be a positive integer, got {_fmt(v)}")
             out.append(sympy.Integer(int(v)) if v.is_number else v)
         return tuple(out)
 
@@ -157,7 +164,7 @@ class Lowerer:
             args, kwargs = cfg.model_args, cfg.model_kwargs
         elif self.prog.models:
             model = next(iter(self.prog.models.values()))
-            args, kwargs = [], {}
+            args, kwargs = [], []
         else:
             return None
         try:
@@ -236,7 +243,7 @@ class Lowerer:
 
     # ---- static arguments --------------------------------------------------
     def bind_static(self, name: str, params: list[ast.StaticParam], args: list[ast.Expr],
-                    kwargs: dict[str, ast.Expr], env, span: Span, overrides: dict | None = None) -> dict[str, sympy.Expr]:
+                    kwargs: list[ast.Kwarg], env, span: Span, overrides: dict | None = None) -> dict[str, sympy.Expr]:
         """Bind positional/keyword static args (evaluated in `env`), then defaults."""
         names = [p.name for p in params]
         if len(args) > len(params):
@@ -244,12 +251,13 @@ class Lowerer:
         given: dict[str, sympy.Expr] = {}
         for p, a in zip(params, args):
             given[p.name] = self.static(a, env)
-        for k, e in kwargs.items():
+        for kw in kwargs:
+            k = kw.name
             if k not in names:
-                self.error(e.span, f"{name} has no static argument '{k}'" + (f" (it has: {', '.join(names)})" if names else ""))
+                self.error(kw.span, f"{name} has no static argument '{k}'" + (f" (it has: {', '.join(names)})" if names else ""))
             if k in given:
-                self.error(e.span, f"static argument '{k}' of {name} is given twice")
-            given[k] = self.static(e, env)
+                self.error(kw.span, f"static argument '{k}' of {name} is given twice")
+            given[k] = self.static(kw.value, env)
         for k, v in (overrides or {}).items():
             if k not in names:
                 self.error(span, f"{name} has no static argument '{k}' to override")
@@ -432,6 +440,8 @@ class Lowerer:
             self.error(e.span, "sync is sum(t) of a transform result")
         arg = e.args[0]
         b = sc.env.get(arg.id) if isinstance(arg, ast.Name) else None
+        if b is not None and b.value in self.poison:
+            raise _Bail()  # its statement failed and said why
         if b is None or b.kind != "transform":
             what = f"'{arg.id}'" if isinstance(arg, ast.Name) else "this expression"
             self.error(arg.span, f"sync needs a transform result; {what} is not one")
@@ -515,9 +525,9 @@ class Lowerer:
     def call(self, e: ast.Call, sc: _Scope) -> Value:
         f = e.func
         if isinstance(f, ast.Index) and isinstance(f.base, ast.Name) and f.base.id in self.prog.layers:
-            return self.layer_call(f.base.id, f.args, {k.name: k.value for k in f.kwargs}, e, sc)
+            return self.layer_call(f.base.id, f.args, f.kwargs, e, sc)
         if isinstance(f, ast.Name) and f.id in self.prog.layers:
-            return self.layer_call(f.id, [], {}, e, sc)
+            return self.layer_call(f.id, [], [], e, sc)
         if isinstance(f, ast.Name) and f.id in self.prog.models:
             self.error(f.span, f"model '{f.id}' cannot be called; call layers from a model")
         if not isinstance(f, ast.Name):
@@ -593,7 +603,7 @@ class Lowerer:
         self.error(e.func.span, f"unknown function '{name}'")
 
     # ---- layers ------------------------------------------------------------
-    def layer_call(self, name: str, args: list[ast.Expr], kwargs: dict[str, ast.Expr], e: ast.Call, sc: _Scope) -> Value:
+    def layer_call(self, name: str, args: list[ast.Expr], kwargs: list[ast.Kwarg], e: ast.Call, sc: _Scope) -> Value:
         if sc.in_layer:
             self.error(e.span, f"layers are called from a model, not from layer bodies ('{name}')")
         layer = self.prog.layers[name]
@@ -699,6 +709,11 @@ def _names_in(e: ast.Expr):
 
 def _fmt_decl(shape: list[ast.Expr]) -> str:
     return "[" + ", ".join(ast.format_expr(d) for d in shape) + "]"
+
+
+def _fmt(v) -> str:
+    """A static value for a message: 1.5 rather than sympy's 1.50000000000000."""
+    return f"{_num(v):g}" if isinstance(v, sympy.Basic) and v.is_number else sympy.sstr(v)
 
 
 def _num(v):

@@ -9,13 +9,14 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from gdsl.diagnostics import CompileError, Diagnostic, Span
 from gdsl.frontend import ast
 
-MAX_NESTING = 200  # ( and [ deeper than this are refused before any recursion
+MAX_NESTING = 200  # ( and [, and expressions, deeper than this are refused before any recursion
+_EXPR_RULES = frozenset({"binop", "neg", "call", "index", "attr", "list", "kwarg"})
 
 
 class _PostLexer:
@@ -81,11 +82,14 @@ def _describe(tok: Token) -> str:
 def parse(source: str, file: str = "<input>") -> ast.Program:
     """Parse gdsl source into an AST; raises CompileError with located diagnostics."""
     if "\x00" in source:
-        line = source[: source.index("\x00")].count("\n") + 1
-        raise CompileError([Diagnostic(Span(line, 1, line, 2, file), "input is not a text file (NUL byte)")], source)
+        at = source.index("\x00")
+        line, col = source.count("\n", 0, at) + 1, at - (source.rfind("\n", 0, at) + 1) + 1
+        # no source echo: the line is binary data
+        raise CompileError([Diagnostic(Span(line, col, line, col + 1, file), "input is not a text file (NUL byte)")])
     parser = _parser(file)
     try:
         tree = parser.parse(source + "\n")
+        _check_depth(tree, file, source)
         return _ToAst(file).transform(tree)
     except _TooDeep as e:
         t = e.tok
@@ -103,7 +107,8 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
             shown = expected[:5]
             more = ", ..." if len(expected) > 5 else ""
             msg += ", expected " + (shown[0] if len(shown) == 1 else "one of " + ", ".join(shown) + more)
-        raise CompileError([Diagnostic(span, msg)], source) from None
+        pos = len(source) if tok.type == "$END" else tok.start_pos
+        raise CompileError([Diagnostic(span, msg, notes=_unclosed_note(source, pos, file))], source) from None
     except UnexpectedCharacters as e:
         ch = source[e.pos_in_stream] if e.pos_in_stream < len(source) else "?"
         span = Span(e.line, e.column, e.line, e.column + 1, file)
@@ -119,6 +124,57 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
         raise
     except RecursionError:
         raise CompileError([Diagnostic(Span(1, 1, 1, 2, file), "program is nested too deeply")], source) from None
+
+
+def _check_depth(tree, file: str, source: str) -> None:
+    """Refuse expressions nested deeper than MAX_NESTING (`- - - x`, `a + a + ...`),
+    walking without recursion, so later recursive phases cannot overflow."""
+    stack = [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        if node.data in _EXPR_RULES:
+            depth += 1
+            if depth > MAX_NESTING:
+                m = node.meta
+                span = Span(m.line, m.column, m.line, m.column + 1, file)
+                raise CompileError([Diagnostic(span, f"expression nested deeper than {MAX_NESTING} levels")], source)
+        stack.extend((c, depth) for c in node.children if isinstance(c, Tree))
+
+
+_CLOSER = {")": "(", "]": "[", "}": "{"}
+
+
+def _unclosed_note(source: str, pos: int, file: str) -> tuple[Diagnostic, ...]:
+    """A note at the innermost bracket open at `pos` if it is never closed
+    (a missing ')' makes the parser fail lines later, at the next statement)."""
+    stack: list[int] = []
+    never: set[int] = set()
+    at_pos: list[int] | None = None
+    i = 0
+    while i < len(source):
+        if at_pos is None and i >= pos:
+            at_pos = list(stack)
+        c = source[i]
+        if c == "#" and not (i and (source[i - 1].isalnum() or source[i - 1] == "_") and source[i + 1:i + 2].isdigit()):
+            nl = source.find("\n", i)
+            i = len(source) if nl < 0 else nl
+            continue
+        if c in "([{":
+            stack.append(i)
+        elif c in _CLOSER and any(source[o] == _CLOSER[c] for o in stack):
+            while source[stack[-1]] != _CLOSER[c]:  # openers a mismatched closer skips are never closed
+                never.add(stack.pop())
+            stack.pop()
+        i += 1
+    never.update(stack)
+    if at_pos is None:
+        at_pos = stack
+    if not at_pos or at_pos[-1] not in never:
+        return ()
+    o = at_pos[-1]
+    line = source.count("\n", 0, o) + 1
+    col = o - (source.rfind("\n", 0, o) + 1) + 1
+    return (Diagnostic(Span(line, col, line, col + 1, file), f"'{source[o]}' opened here is never closed", "note"),)
 
 
 def _tok_span(t: Token, file: str) -> Span:

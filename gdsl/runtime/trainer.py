@@ -122,7 +122,7 @@ class Progress:
 
     def __init__(self, total: int, stream=None, every: int | None = None) -> None:
         self.total, self.stream = total, stream or sys.stderr
-        self.live = stream.isatty()
+        self.live = self.stream.isatty()
         self.every = every or (1 if self.live else max(1, total // 20))
 
     def __call__(self, s: EpochStats) -> None:
