@@ -25,7 +25,8 @@ def _parser() -> argparse.ArgumentParser:
 
     def common(sp):
         sp.add_argument("program", help="a .gd program")
-        sp.add_argument("--data", help="graph .npz file or builtin name (cora, citeseer); default: the embedded Cora")
+        sp.add_argument("--data", help="graph .npz file or builtin name (cora, citeseer); `run` defaults to the "
+                        "embedded Cora, `compile` binds dims (F, C) from it when given")
         sp.add_argument("--train", metavar="NAME", help="which train block to use (default: the first)")
         sp.add_argument("--set", metavar="K=V", action="append", default=[],
                         help="override a static argument of the model, e.g. --set hidden=64")

@@ -337,3 +337,129 @@ def test_nosync_equals_written_sync():
     b.load_state_dict(a.state_dict())
     with torch.no_grad():
         torch.testing.assert_close(a(), b(), rtol=1e-6, atol=1e-6)
+
+
+def test_gradients_match_torch():
+    """Backward through the sparse fast path (GCN) and scatter-max (SAGE-pool)."""
+    g = small_graph()
+    model, P = bound("res_gcn.gd", g)
+    A = gcn_norm(dense_adj(g))
+    model.zero_grad()
+    model().square().sum().backward()
+    ref = {k: v.detach().clone().requires_grad_() for k, v in P.items()}
+    h = torch.relu(g.features @ ref["Linear_1.W"] + ref["Linear_1.b"])
+    for k in (1, 2, 3):
+        h = h + torch.relu(A @ h @ ref[f"GCNConv_{k}.W"] + ref[f"GCNConv_{k}.b"])
+    (h @ ref["Linear_2.W"] + ref["Linear_2.b"]).square().sum().backward()
+    for k, p in P.items():
+        torch.testing.assert_close(p.grad, ref[k].grad, rtol=1e-4, atol=1e-4, msg=k)
+
+
+def test_trains_on_cora():
+    cora = gdsl.load_graph("cora")
+    res = train(gdsl.compile(EXTRA / "sgc.gd"), cora, epochs=5, seed=0)
+    assert res.epochs[-1].loss < res.epochs[0].loss
+    assert res.final["val_acc"] > 0.3  # 7 classes: well above chance after 5 epochs
+
+
+# ---------------------------------------------------------------- bugs these programs found
+
+HEAD = """graph G (self_loops)
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train
+"""
+TRAIN = "train t { loss = cross_entropy(Y, mask = train) }\n"
+
+
+def test_float_constant_folded_to_sympy_number():
+    """nsimplify turns 2.718281828459045 into E: the backend must evaluate it."""
+    src = HEAD + """
+layer L[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    scatter m = src.h * (2.718281828459045 * rsqrt(src.degree))
+    gather a = sum(m)
+    transform t = a @ W
+    return t
+}
+model M { return L[C](X) }
+""" + TRAIN
+    g = small_graph()
+    model, P = bound_source(src, g)
+    A = dense_adj(g)
+    A.fill_diagonal_(1.0)
+    with torch.no_grad():
+        check(model, (A * (2.718281828459045 * A.sum(1).rsqrt())[None, :]) @ g.features @ P["L_1.W"])
+
+
+def test_concat_with_param_repeats_it_per_row():
+    src = HEAD + """
+layer L[dout](h: [din]) -> [dout] {
+    param emb : f32[4] = normal(1.0)
+    param W : f32[din + 4, dout] = glorot
+    scatter m = concat(src.h, emb)
+    gather a = max(m)
+    apply c = concat(h, emb) + a
+    transform t = c @ W
+    return t
+}
+model M { return L[C](X) }
+""" + TRAIN
+    g = small_graph()
+    model, P = bound_source(src, g)
+    A = dense_adj(g)
+    A.fill_diagonal_(1.0)
+    with torch.no_grad():
+        xe = torch.cat([g.features, P["L_1.emb"].expand(N, 4)], -1)
+        check(model, (xe + dense_reduce(A, xe, "max")) @ P["L_1.W"])
+
+
+def test_unused_first_input_still_binds_features():
+    """The first vertex f32 input binds graph.features even when the model does
+    not read it; the one it reads comes from ndata."""
+    src = """graph G
+input X : vertex f32[F]
+input P : vertex f32[K]
+input Y : vertex label[C]
+mask train
+layer L[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    transform t = h @ W
+    return t
+}
+model M { return L[C](P) }
+""" + TRAIN
+    g = small_graph()
+    g.ndata["P"] = torch.randn(N, 5)
+    model, P = bound_source(src, g)
+    with torch.no_grad():
+        check(model, g.ndata["P"] @ P["L_1.W"])
+
+
+def test_cse_keeps_partial_and_complete_products_apart():
+    """`h @ W` in a transform is partial; the same product in apply is not:
+    merging them would make apply read a partial value (no sync)."""
+    src = HEAD + """
+layer L[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    transform t = h @ W
+    sync s = sum(t)
+    apply u = relu(h @ W) + s
+    return u
+}
+model M { return L[C](X) }
+""" + TRAIN
+    module = gdsl.compile(src).compiled.module
+    partial = {op.result for op in module.main.ops if op.attrs.get("partial")}
+    for op in module.main.ops:
+        if op.name != "sync":
+            assert not partial & set(op.operands), op
+
+
+def bound_source(src: str, graph: gdsl.Graph):
+    model = gdsl.compile(src).module(graph).eval()
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.rand(p.shape, generator=gen) - 0.5)
+    return model, dict(model.named_parameters())

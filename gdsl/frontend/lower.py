@@ -491,10 +491,10 @@ class Lowerer:
             case ast.Neg(operand=x):
                 return self.emit(sc, "neg", [self.expr(x, sc)], {}, e.span)
             case ast.BinOp(op="@"):
-                a, w = self.expr(e.lhs, sc), self.expr(e.rhs, sc)
+                a, w = self.operands(e.lhs, e.rhs, sc)
                 return self.emit(sc, "matmul", [a, w], {}, e.span)
             case ast.BinOp(op=o):
-                a, b = self.expr(e.lhs, sc), self.expr(e.rhs, sc)
+                a, b = self.operands(e.lhs, e.rhs, sc)
                 return self.emit(sc, {"+": "add", "-": "sub", "*": "mul", "/": "div"}[o], [a, b], {}, e.span)
             case ast.Attr():
                 return self.endpoint(e, sc)
@@ -505,6 +505,15 @@ class Lowerer:
             case ast.ListExpr():
                 self.error(e.span, "a list is not a tensor")
         self.error(e.span, f"cannot use '{ast.format_expr(e)}' here")
+
+    def operands(self, lhs: ast.Expr, rhs: ast.Expr, sc: _Scope) -> tuple[Value, Value]:
+        """Both sides of a binary op; the right is still checked when the left failed."""
+        try:
+            a = self.expr(lhs, sc)
+        except _Bail:
+            self.expr(rhs, sc)
+            raise
+        return a, self.expr(rhs, sc)
 
     def endpoint(self, e: ast.Attr, sc: _Scope) -> Value:
         if not (isinstance(e.base, ast.Name) and e.base.id in ("src", "dst")):
@@ -607,7 +616,6 @@ class Lowerer:
         if sc.in_layer:
             self.error(e.span, f"layers are called from a model, not from layer bodies ('{name}')")
         layer = self.prog.layers[name]
-        self.called_layers.add(name)
         statics = self.bind_static(name, layer.static, args, kwargs, sc.env, e.span)
         if e.kwargs:
             self.error(e.kwargs[0].span, f"{name} takes tensors positionally")
@@ -621,6 +629,7 @@ class Lowerer:
             self.match_shape(decl, v.type.shape, env, a.span, name)
         key = (name, tuple(sorted((k, sympy.srepr(v)) for k, v in statics.items())),
                tuple(tuple(sympy.srepr(d) for d in v.type.shape) for v in values))
+        self.called_layers.add(name)  # a call that failed before here leaves the layer to check_uncalled
         func = self.instances.get(key)
         if func is None:
             func = self.lower_layer(layer, statics, env, [v.type for v in values])

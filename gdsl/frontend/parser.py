@@ -15,7 +15,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 from gdsl.diagnostics import CompileError, Diagnostic, Span
 from gdsl.frontend import ast
 
-MAX_NESTING = 200  # ( and [, and expressions, deeper than this are refused before any recursion
+MAX_NESTING = 100  # ( and [, and expressions, deeper than this are refused before any recursion
 _EXPR_RULES = frozenset({"binop", "neg", "call", "index", "attr", "list", "kwarg"})
 
 
@@ -23,9 +23,6 @@ class _PostLexer:
     """Drops newlines inside ( ) and [ ] and refuses absurd nesting depth."""
 
     always_accept = ("_NL",)
-
-    def __init__(self, file: str) -> None:
-        self.file = file
 
     def process(self, stream):
         depth = 0
@@ -47,9 +44,10 @@ class _TooDeep(Exception):
 
 
 @functools.lru_cache(maxsize=None)
-def _parser(file: str) -> Lark:
+def _parser() -> Lark:
+    """One parser for every file (spans get their file name in `parse`)."""
     grammar = (Path(__file__).with_name("grammar.lark")).read_text()
-    return Lark(grammar, parser="lalr", lexer="contextual", postlex=_PostLexer(file),
+    return Lark(grammar, parser="lalr", lexer="contextual", postlex=_PostLexer(),
                 propagate_positions=True, maybe_placeholders=False)
 
 
@@ -86,7 +84,7 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
         line, col = source.count("\n", 0, at) + 1, at - (source.rfind("\n", 0, at) + 1) + 1
         # no source echo: the line is binary data
         raise CompileError([Diagnostic(Span(line, col, line, col + 1, file), "input is not a text file (NUL byte)")])
-    parser = _parser(file)
+    parser = _parser()
     try:
         tree = parser.parse(source + "\n")
         _check_depth(tree, file, source)

@@ -4,7 +4,9 @@
   `vertex_const[expr=1/Max(1, degree)]` (mean of no messages is 0, as in
   PyG and DGL); with `to=src` the out-degree is used.
 - identical pure ops are merged (never `dropout` or `param`);
-- ops whose results are unused are dropped.
+- ops whose results are unused are dropped, except vertex f32 `input`s: the
+  first of them binds the graph's features (runtime/binding.py), so their
+  declaration order must survive even when one is unused.
 
 Requires: no `call` ops. Ensures: no `gather[reduce=mean]`.
 """
@@ -19,7 +21,7 @@ from gdsl.ir.printer import format_attr
 from gdsl.passes.base import PassContext
 
 _IMPURE = ("dropout", "param", "loss", "input")
-_NOT_IDENTITY = ("scope", "stage", "partial")
+_NOT_IDENTITY = ("scope", "stage")  # `partial` is: a partial result is not the complete one
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,8 @@ class Canonicalize:
                 out.append(Op("gather", op.operands, summed, {**op.attrs, "reduce": "sum"}, op.span))
                 out.append(Op("mul", [summed, inv], op.result, attrs, op.span))
                 continue
+            if op.name == "input" and op.result.type.domain == "vertex" and op.result.type.dtype == "f32":
+                op.attrs["keep"] = True
             out.append(op)
         f.ops = out
         cse(f)

@@ -76,12 +76,16 @@ def train(program, graph: Graph, *, backend: str = "reference", epochs: int | No
     check_masks(program.compiled.checked, graph)
     torch.manual_seed(seed)
     model = program.module(graph, backend=backend)
+    if not any(p.requires_grad for p in model.parameters()):
+        raise GdslError(f"{program.file}: model '{cfg.model}' has no params to train (declare a param in one of its layers)")
     opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
     n_epochs = epochs if epochs is not None else cfg.epochs
     labels = graph.labels
     evals = [m for _, m in cfg.eval]
     loss_mask = cfg.loss.mask if cfg.loss else None
     names = ([loss_mask] if loss_mask and loss_mask not in evals else []) + evals
+    if labels is None or (cfg.loss and cfg.loss.fn in ("mse",)):
+        names = []  # accuracy needs class labels
     result = TrainResult()
     best_val = -1.0
     try:
@@ -143,9 +147,19 @@ class Progress:
             self.stream.write("\n")
 
 
+def _finite_or_null(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite_or_null(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite_or_null(v) for v in x]
+    return x
+
+
 def write_json(path: str, payload: dict) -> None:
-    """Write atomically: a partial file never replaces a good one."""
+    """Write atomically (a partial file never replaces a good one); NaN -> null."""
     p = Path(path)
     tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=lambda x: None if isinstance(x, float) and math.isnan(x) else str(x)) + "\n")
+    tmp.write_text(json.dumps(_finite_or_null(payload), indent=2, default=str, allow_nan=False) + "\n")
     os.replace(tmp, p)

@@ -242,6 +242,9 @@ class ReferenceModule(nn.Module):
             d = op.attrs["axis"] % len(t.shape) + _rows(t)
             return (torch.softmax if n == "softmax" else torch.log_softmax)(vals[0], d)
         if n == "concat":
+            if _rows(t):  # a param operand is repeated on every row
+                rows = next(v.shape[0] for v, o in zip(vals, op.operands) if _rows(o.type))
+                vals = [v if _rows(o.type) else v.expand(rows, *v.shape) for v, o in zip(vals, op.operands)]
             return torch.cat(vals, dim=-1)
         if n == "flatten":
             return vals[0].reshape(vals[0].shape[0], -1) if _rows(t) else vals[0].reshape(-1)

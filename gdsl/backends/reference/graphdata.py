@@ -9,7 +9,7 @@ from gdsl.graph.graph import Graph
 
 def eval_sympy(expr: sympy.Expr, env: dict[str, torch.Tensor]) -> torch.Tensor | float:
     """Evaluate a folded graph-constant expression with torch ops."""
-    if expr.is_Number:
+    if expr.is_number:  # also E, pi, sqrt(2)/2: nsimplify folds user floats into these
         return float(expr)
     if expr.is_Symbol:
         return env[expr.name]

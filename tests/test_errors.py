@@ -1,0 +1,435 @@
+"""Every parser and checker error a user can meet: exact position, message, exit 1.
+
+Each malformed program is one small edit of an example program (programs/*.gd),
+so exactly one thing is wrong, and exactly one error must be reported: a
+statement that failed must not set off errors in the statements after it.
+Most cases call `gdsl.cli.main` in-process; a few run the real process to see
+the exit code and that no Python traceback reaches the user.
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gdsl.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = ROOT / "programs"
+ERROR_LINE = re.compile(r"^(?P<file>.+?):(?P<line>\d+):(?P<col>\d+): error: (?P<msg>.*)$", re.M)
+
+
+def edit(base: str, old: str, new: str) -> str:
+    """`base` with the one occurrence of `old` replaced by `new`."""
+    src = (PROGRAMS / base).read_text()
+    assert src.count(old) == 1, f"{old!r} must occur exactly once in {base}"
+    return src.replace(old, new)
+
+
+def compile_errors(tmp_path: Path, capsys, text: str | bytes, *extra: str) -> tuple[str, list[re.Match]]:
+    """Compile `text` in-process; check exit 1, no traceback; return stderr and its error lines."""
+    path = tmp_path / "prog.gd"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    rc = main(["compile", str(path), *extra])
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    assert "Traceback" not in err and "internal compiler error" not in err, err
+    errors = list(ERROR_LINE.finditer(err))
+    assert errors, err
+    assert all(m["file"] == str(path) for m in errors), err
+    return err, errors
+
+
+# (id, base program, old text, new text, "line:col", part of the message)
+CASES = [
+    # ---- syntax
+    ("unexpected-token", "gcn.gd", "gather    a = sum(m)", "gather    a = = sum(m)",
+     "11:19", "unexpected '=', expected one of"),
+    ("bad-character", "gcn.gd", "apply     out = s + b", "apply     out = s $ b",
+     "14:23", "unexpected character '$'"),
+    ("non-ascii-character", "gcn.gd", "apply     out = s + b", "apply     out = s × b",
+     "14:23", "unexpected character '×'"),
+    ("operator-at-end-of-line", "gcn.gd", "apply     out = s + b", "apply     out = s +",
+     "14:24", "unexpected end of line, expected one of"),
+    ("stray-close-paren", "gcn.gd", "return GCNConv[C](h)", "return GCNConv[C](h))",
+     "22:25", "unexpected ')'"),
+    # ---- names and definitions
+    ("undefined-name-in-layer", "gcn.gd", "apply     out = s + b", "apply     out = s + bias",
+     "14:25", "undefined name 'bias'"),
+    ("undefined-name-in-model", "gcn.gd", "h = dropout(h, p)", "h = dropout(hh, p)",
+     "21:17", "undefined name 'hh'"),
+    ("unknown-function", "gcn.gd", "h = relu(GCNConv", "h = rleu(GCNConv",
+     "20:9", "unknown function 'rleu'"),
+    ("duplicate-definition", "gcn.gd", "mask train, val, test", "mask train, val, test, X",
+     "5:24", "'X' is already defined as an input at line 3"),
+    ("duplicate-layer", "sage.gd", "model SAGE[",
+     "layer SAGEConv(h: [d]) -> [d] {\n    apply o = h\n    return o\n}\n\nmodel SAGE[",
+     "19:1", "'SAGEConv' is already defined as a layer at line 7"),
+    ("duplicate-param", "gcn.gd", "    param b : f32[dout] = zeros\n",
+     "    param b : f32[dout] = zeros\n    param W : f32[din] = zeros\n", "10:5", "param 'W' is declared twice"),
+    ("duplicate-train-block", "gcn.gd", "train cora {", "train cora {\n    loss = nll(Y)\n}\ntrain cora {",
+     "28:1", "train block 'cora' is defined twice"),
+    ("two-graphs", "gcn.gd", "input X", "graph H\ninput X",
+     "3:1", "only one graph declaration is allowed"),
+    ("unknown-graph-option", "gcn.gd", "(self_loops, symmetric)", "(self_loops, undirected)",
+     "2:22", "unknown graph option 'undirected' (expected one of self_loops, symmetric)"),
+    ("unknown-input-domain", "gcn.gd", "input X : vertex", "input X : node",
+     "3:1", "unknown domain 'node' for input 'X'"),
+    ("unknown-element-type", "gcn.gd", "input X : vertex f32", "input X : vertex f64",
+     "3:18", "unknown element type 'f64'"),
+    # ---- stage rules
+    ("scatter-reads-vertex-tensor", "gcn.gd", "src.h * rsqrt", "h * rsqrt",
+     "10:19", "scatter cannot read vertex tensor 'h' directly; write src.h or dst.h"),
+    ("scatter-result-not-edge", "gcn.gd", "scatter   m = src.h * rsqrt(src.degree * dst.degree)",
+     "scatter   m = b * 2", "10:19", "scatter must produce an edge tensor"),
+    ("transform-reads-edge-tensor", "gcn.gd", "transform t = a @ W", "transform t = m @ W",
+     "12:19", "transform cannot read edge tensor 'm'; gather it first"),
+    ("apply-reads-edge-tensor", "gcn.gd", "apply     out = s + b", "apply     out = s + m",
+     "14:25", "apply cannot read edge tensor 'm'"),
+    ("gather-of-vertex-tensor", "gcn.gd", "gather    a = sum(m)", "gather    a = sum(h)",
+     "11:23", "gather reduces edge tensors; 'h' is a vertex tensor (write scatter m = src.h first)"),
+    ("gather-of-expression", "gcn.gd", "gather    a = sum(m)", "gather    a = sum(m * 2)",
+     "11:19", "gather reduces one edge tensor by name"),
+    ("gather-bad-reducer", "gcn.gd", "gather    a = sum(m)", "gather    a = prod(m)",
+     "11:19", "gather is r(m) with r one of sum, mean, max, min"),
+    ("gather-bad-direction", "gcn.gd", "gather    a = sum(m)", "gather    a = sum(m, to = both)",
+     "11:31", "gather direction is to = src or to = dst"),
+    ("two-param-products-in-a-term", "sage.gd", "transform t = h @ Ws + a @ Wn", "transform t = h @ Ws @ Wn",
+     "13:19", "at most one '@ param' product"),
+    ("matmul-by-non-param", "gcn.gd", "transform t = a @ W", "transform t = a @ h",
+     "12:19", "the right side of '@' must be a param"),
+    ("sync-of-non-transform", "gcn.gd", "sync      s = sum(t)", "sync      s = sum(a)",
+     "13:23", "sync needs a transform result; 'a' is not one"),
+    ("sync-not-sum", "gcn.gd", "sync      s = sum(t)", "sync      s = max(t)",
+     "13:19", "sync is sum(t) of a transform result"),
+    ("src-outside-scatter", "gcn.gd", "apply     out = s + b", "apply     out = src.h + b",
+     "14:21", "src.h is read in a scatter statement only"),
+    ("degree-outside-scatter", "gcn.gd", "apply     out = s + b", "apply     out = s + dst.degree",
+     "14:25", "dst.degree is read in a scatter statement only"),
+    ("src-without-field", "gcn.gd", "src.h * rsqrt", "src * rsqrt",
+     "10:19", "'src' needs a field: src.x or src.degree"),
+    ("edge-softmax-outside-scatter", "gat.gd", "apply     out = a + b", "apply     out = edge_softmax(a) + b",
+     "18:21", "edge_softmax is written in a scatter statement"),
+    ("layer-statement-without-stage", "gcn.gd", "apply     out = s + b", "out = s + b",
+     "14:5", "a layer statement needs a stage"),
+    ("repeat-in-layer", "gcn.gd", "    return out\n", "    repeat 2 {\n    }\n    return out\n",
+     "15:5", "repeat is allowed in models only"),
+    ("layer-called-from-layer", "gcn.gd", "apply     out = s + b", "apply     out = GCNConv[dout](s)",
+     "14:21", "layers are called from a model, not from layer bodies"),
+    # ---- shapes
+    ("matmul-wrong-param-rows", "gcn.gd", "param W : f32[din, dout]", "param W : f32[dout, dout]",
+     "12:19", "shape mismatch in '@': left side has F features but the param has 16 rows"),
+    ("return-shape-mismatch", "gcn.gd", "-> [dout]", "-> [din]",
+     "15:5", "GCNConv returns [16] but declares -> [din] = [F]"),
+    ("broadcast-error", "gcn.gd", "apply     out = s + b", "apply     out = s + h",
+     "14:21", "cannot broadcast shapes [16] and [F]"),
+    ("dimension-not-positive", "gcn.gd", "param b : f32[dout] = zeros", "param b : f32[0] = zeros",
+     "9:19", "dimension must be a positive integer, got 0"),
+    ("sum-without-axis", "gcn.gd", "apply     out = s + b", "apply     out = sum(s) + b",
+     "14:21", "sum(x, axis) reduces a feature axis"),
+    ("leaky-relu-non-constant-slope", "gat.gd", "leaky_relu(dot(src.zs, al) + dot(dst.zs, ar), 0.2)",
+     "leaky_relu(dot(src.zs, al), dot(dst.zs, ar))",
+     "14:47", "leaky_relu slope must be a static value"),
+    # ---- models and static arguments
+    ("too-many-static-args", "gcn.gd", "return GCNConv[C](h)", "return GCNConv[C, 2](h)",
+     "22:23", "GCNConv takes 1 static argument, got 2"),
+    ("unknown-static-kwarg", "gcn.gd", "return GCNConv[C](h)", "return GCNConv[C, heads = 2](h)",
+     "22:23", "GCNConv has no static argument 'heads' (it has: dout)"),
+    ("missing-static-arg", "gcn.gd", "return GCNConv[C](h)", "return GCNConv(h)",
+     "22:12", "GCNConv needs a value for static argument 'dout'"),
+    ("tensor-args-by-keyword", "gcn.gd", "return GCNConv[C](h)", "return GCNConv[C](h = h)",
+     "22:23", "GCNConv takes tensors positionally"),
+    ("wrong-tensor-arg-count", "gcn.gd", "return GCNConv[C](h)", "return GCNConv[C](h, h)",
+     "22:12", "GCNConv takes 1 tensor argument, got 2"),
+    ("unknown-static-arg-in-train", "gcn.gd", "model     = GCN[hidden = 16]", "model     = GCN[hiden = 16]",
+     "26:21", "GCN has no static argument 'hiden' (it has: hidden, p)"),
+    ("static-arg-given-twice", "gcn.gd", "model     = GCN[hidden = 16]", "model     = GCN[16, hidden = 16]",
+     "26:25", "static argument 'hidden' of GCN is given twice"),
+    ("static-kwarg-given-twice", "gcn.gd", "model     = GCN[hidden = 16]", "model     = GCN[hidden = 16, hidden = 8]",
+     "26:34", "static argument 'hidden' of GCN is given twice"),
+    ("params-in-a-model", "gcn.gd", "    h = dropout(X, p)\n", "    param W : f32[F, 4] = glorot\n    h = dropout(X, p)\n",
+     "19:5", "params are declared in layers, not models"),
+    ("stage-statement-in-a-model", "gcn.gd", "    h = dropout(X, p)\n", "    apply h = dropout(X, p)\n",
+     "19:5", "'apply' statements belong in a layer"),
+    ("model-called", "gcn.gd", "h = dropout(h, p)", "h = GCN(h)",
+     "21:9", "model 'GCN' cannot be called"),
+    ("labels-read-by-model", "gcn.gd", "h = dropout(X, p)", "h = dropout(Y, p)",
+     "19:17", "'Y' holds labels; only the loss reads it"),
+    ("mask-used-as-tensor", "gcn.gd", "h = dropout(X, p)", "h = dropout(train, p)",
+     "19:17", "mask 'train' is only used by loss and eval"),
+    ("repeat-non-integer-count", "sage.gd", "repeat layers - 1", "repeat 1.5",
+     "21:12", "repeat count must be an integer >= 0, got 1.5"),
+    ("repeat-tensor-count", "sage.gd", "repeat layers - 1", "repeat h",
+     "21:12", "repeat count must be a static value"),
+    ("return-inside-repeat", "sage.gd", "h = dropout(relu(SAGEConv[hidden](h)), p)", "return h",
+     "22:9", "return inside repeat"),
+    ("statement-after-return-in-layer", "gcn.gd", "    return out\n", "    return out\n    apply z = out\n",
+     "16:5", "statement after return"),
+    ("statement-after-return-in-model", "gcn.gd", "    return GCNConv[C](h)\n", "    return GCNConv[C](h)\n    h = X\n",
+     "23:5", "statement after return"),
+    ("missing-return-in-layer", "gcn.gd", "    return out\n", "",
+     "7:1", "layer 'GCNConv' has no return statement"),
+    ("missing-return-in-model", "gcn.gd", "    return GCNConv[C](h)\n", "",
+     "18:1", "model 'GCN' has no return statement"),
+    ("dropout-p-too-large", "gcn.gd", "h = dropout(h, p)", "h = dropout(h, 1.5)",
+     "21:20", "dropout p must be in [0, 1), got 1.5"),
+    ("dropout-p-negative", "gcn.gd", "h = dropout(h, p)", "h = dropout(h, -0.1)",
+     "21:20", "dropout p must be in [0, 1), got -0.1"),
+    # ---- params
+    ("unknown-init", "gcn.gd", "= glorot", "= xavier",
+     "8:32", "unknown init 'xavier' (expected one of glorot, zeros, ones, normal(std), uniform(a))"),
+    ("init-too-many-args", "gcn.gd", "= glorot", "= normal(0.1, 2)",
+     "8:32", "init 'normal' takes 1 argument"),
+    ("init-missing-arg", "gcn.gd", "= glorot", "= normal",
+     "8:32", "init 'normal' takes 1 argument"),
+    ("init-unexpected-arg", "gcn.gd", "= zeros", "= zeros(1)",
+     "9:27", "init 'zeros' takes 0 arguments"),
+    # ---- train block
+    ("unknown-model", "gcn.gd", "model     = GCN[hidden = 16]", "model     = GNC[hidden = 16]",
+     "26:17", "unknown model 'GNC'"),
+    ("unknown-optimizer", "gcn.gd", "adam(lr", "adagrad(lr",
+     "28:17", "unknown optimizer 'adagrad' (expected one of adam, adamw, sgd)"),
+    ("unknown-optimizer-option", "gcn.gd", "weight_decay = 5e-4", "decay = 5e-4",
+     "28:33", "unknown adam option 'decay'"),
+    ("optimizer-positional-option", "gcn.gd", "adam(lr = 0.01", "adam(0.01",
+     "28:22", "adam takes named options only"),
+    ("learning-rate-zero", "gcn.gd", "lr = 0.01", "lr = 0",
+     "28:27", "adam option 'lr' must be positive"),
+    ("unknown-loss", "gcn.gd", "cross_entropy(Y", "hinge(Y",
+     "27:17", "unknown loss (expected one of cross_entropy, nll, mse, bce"),
+    ("loss-target-not-label", "gcn.gd", "cross_entropy(Y", "cross_entropy(X",
+     "27:31", "cross_entropy needs a label input; 'X' is f32"),
+    ("loss-target-not-input", "gcn.gd", "cross_entropy(Y", "cross_entropy(Z",
+     "27:31", "loss target 'Z' is not a vertex input"),
+    ("missing-loss", "gcn.gd", "    loss      = cross_entropy(Y, mask = train)\n", "",
+     "25:1", "train block 'cora' names no loss"),
+    ("unknown-mask", "gcn.gd", "accuracy(mask = test)", "accuracy(mask = tst)",
+     "30:55", "unknown mask 'tst' (declared: train, val, test)"),
+    ("unknown-train-setting", "gcn.gd", "epochs    = 200", "epoch     = 200",
+     "29:5", "unknown train setting 'epoch'"),
+    ("epochs-zero", "gcn.gd", "epochs    = 200", "epochs    = 0",
+     "29:17", "epochs must be a positive integer"),
+    ("epochs-not-integer", "gcn.gd", "epochs    = 200", "epochs    = 2.5",
+     "29:17", "epochs must be a positive integer"),
+    ("fanout-zero", "sage.gd", "fanout     = [15, 10, 5]", "fanout     = [15, 0, 5]",
+     "34:23", "each fanout must be a positive integer"),
+    # ---- schedule hints
+    ("unknown-schedule-hint", "gat.gd", "order     = auto", "ordering  = auto",
+     "39:5", "unknown schedule hint 'ordering' (expected one of target, partition, order"),
+    ("unknown-partition", "gat.gd", "partition = auto", "partition = slices",
+     "38:17", "unknown partition 'slices'"),
+    ("bad-partition-argument", "gat.gd", "partition = auto", "partition = rows(lol)",
+     "38:22", "rows takes one of: hash, random, metis"),
+    ("bad-order", "gat.gd", "order     = auto", "order     = fast",
+     "39:17", "bad order hint 'fast' (expected one of auto, sparse_first, dense_first)"),
+    ("bad-delay-negative", "gat.gd", "order     = auto", "delay     = -1",
+     "39:17", "delay is a non-negative integer number of epochs, or none"),
+    ("bad-delay-fraction", "gat.gd", "order     = auto", "delay     = 1.5",
+     "39:17", "delay is a non-negative integer number of epochs, or none"),
+    ("bad-cache", "gat.gd", "order     = auto", "cache     = lru",
+     "39:17", "cache is none or hec("),
+    ("unknown-cache-option", "gat.gd", "order     = auto", "cache     = hec(size = 1M, ttl = 3)",
+     "39:32", "unknown hec option 'ttl'"),
+    ("order-hint-for-missing-call", "gat.gd", "order     = auto", "order GATConv#3 = dense_first",
+     "39:5", "order hint for GATConv#3, but the model calls GATConv 2 times"),
+    ("order-hint-for-unknown-layer", "gat.gd", "order     = auto", "order GCNConv#1 = dense_first",
+     "39:5", "order hint names unknown layer 'GCNConv'"),
+    ("bad-per-call-order", "gat.gd", "order     = auto", "order GATConv#1 = fastest",
+     "39:23", "bad order hint 'fastest' (expected one of sparse_first, dense_first)"),
+    ("per-call-hint-not-order", "gat.gd", "order     = auto", "delay GATConv#1 = 1",
+     "39:5", "only 'order' takes a per-call hint, not 'delay'"),
+]
+
+
+@pytest.mark.parametrize("base", ["gcn.gd", "gat.gd", "sage.gd"])
+def test_base_programs_compile(base, capsys):
+    assert main(["compile", str(PROGRAMS / base)]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("base, old, new, where, message", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_error(tmp_path, capsys, monkeypatch, base, old, new, where, message):
+    monkeypatch.delenv("GDSL_DEBUG", raising=False)
+    err, errors = compile_errors(tmp_path, capsys, edit(base, old, new))
+    assert len(errors) == 1, f"one mistake must report once:\n{err}"
+    e = errors[0]
+    assert f"{e['line']}:{e['col']}" == where, err
+    assert message in e["msg"], err
+    # the source line and a caret follow the header
+    line = int(e["line"])
+    assert re.search(rf"^ *{line} \| .*\n *\| *\^", err, re.M), err
+
+
+def test_case_ids_are_unique_and_many():
+    ids = [c[0] for c in CASES]
+    assert len(ids) == len(set(ids)) and len(ids) >= 30
+
+
+# ---- syntax errors that point at an opening bracket -------------------------
+def test_unterminated_paren_points_at_the_open_paren(tmp_path, capsys):
+    src = edit("gcn.gd", "h = relu(GCNConv[hidden](h))", "h = relu(GCNConv[hidden](h)")
+    err, errors = compile_errors(tmp_path, capsys, src)
+    assert len(errors) == 1
+    # the newline after an open '(' is not a statement end: the parser fails on the next line
+    assert (errors[0]["line"], errors[0]["col"]) == ("21", "5") and "unexpected 'h'" in errors[0]["msg"]
+    assert "prog.gd:20:13: note: '(' opened here is never closed" in err
+
+
+def test_unterminated_paren_at_end_of_file(tmp_path, capsys):
+    src = (PROGRAMS / "gcn.gd").read_text().rstrip() + "\nschedule {\n    cache = hec(size = 1M\n"
+    err, errors = compile_errors(tmp_path, capsys, src)
+    assert "unexpected end of input" in errors[0]["msg"]
+    assert "prog.gd:33:16: note: '(' opened here is never closed" in err
+
+
+def test_unclosed_brace(tmp_path, capsys):
+    src = (PROGRAMS / "gcn.gd").read_text().rstrip().removesuffix("}")
+    err, errors = compile_errors(tmp_path, capsys, src)
+    assert (errors[0]["line"], errors[0]["col"]) == ("30", "60")
+    assert errors[0]["msg"].startswith("unexpected end of input, expected one of")
+    assert "prog.gd:25:12: note: '{' opened here is never closed" in err
+
+
+def test_closed_paren_gets_no_note(tmp_path, capsys):
+    # a missing comma inside a multi-line call: the '(' is closed, so no note about it
+    src = edit("gcn.gd", "h = dropout(X, p)", "h = dropout(X\n        p)")
+    err, errors = compile_errors(tmp_path, capsys, src)
+    assert (errors[0]["line"], errors[0]["col"]) == ("20", "9")
+    assert "note:" not in err
+
+
+# ---- files that are not programs --------------------------------------------
+def test_empty_file(tmp_path, capsys):
+    err, errors = compile_errors(tmp_path, capsys, "")
+    assert (errors[0]["line"], errors[0]["col"]) == ("1", "1")
+    assert "the program is empty" in errors[0]["msg"]
+
+
+def test_comments_only(tmp_path, capsys):
+    err, errors = compile_errors(tmp_path, capsys, "# nothing here\n\n")
+    assert "the program is empty" in errors[0]["msg"]
+
+
+def test_program_without_model(tmp_path, capsys):
+    src = (PROGRAMS / "gcn.gd").read_text().split("layer GCNConv")[0]
+    err, errors = compile_errors(tmp_path, capsys, src)
+    assert "the program declares no model" in errors[0]["msg"]
+
+
+def test_binary_file(tmp_path, capsys):
+    err, errors = compile_errors(tmp_path, capsys, b"graph G\nin\x00\x01\x02put\n")
+    assert len(errors) == 1 and (errors[0]["line"], errors[0]["col"]) == ("2", "3")
+    assert "not a text file (NUL byte)" in errors[0]["msg"]
+    assert "\x00" not in err  # binary data is not echoed to the terminal
+
+
+def test_non_utf8_file(tmp_path, capsys):
+    data = (PROGRAMS / "gcn.gd").read_bytes().replace(b"(Kipf", b"(K\xefpf")
+    err, errors = compile_errors(tmp_path, capsys, data)
+    assert errors[0]["line"] == "1" and "not UTF-8" in errors[0]["msg"]
+
+
+@pytest.mark.parametrize("opener, closer", [("(", ")"), ("[", "]")])
+def test_deeply_nested_brackets(tmp_path, capsys, opener, closer):
+    src = edit("gcn.gd", "h = dropout(h, p)", f"h = dropout({opener * 5000}h{closer * 5000}, p)")
+    err, errors = compile_errors(tmp_path, capsys, src)
+    assert len(errors) == 1 and errors[0]["line"] == "21"
+    assert "nesting deeper than" in errors[0]["msg"]
+    assert "RecursionError" not in err
+
+
+@pytest.mark.parametrize("expr, col", [
+    ("-" * 5000 + "h", 109),               # the 101st '-'
+    ("h" + " + h" * 5000, 9),              # a left-nested sum: every level starts at the first h
+    ("relu(-" * 80 + "h" + ")" * 80, 309),  # call and '-' alternate: the 51st relu is level 101
+], ids=["unary-minus", "long-sum", "calls-and-minus"])
+def test_deeply_nested_expressions(tmp_path, capsys, expr, col):
+    src = edit("gcn.gd", "h = dropout(h, p)", f"h = {expr}")
+    err, errors = compile_errors(tmp_path, capsys, src)
+    assert len(errors) == 1 and (errors[0]["line"], errors[0]["col"]) == ("21", str(col)), err[:300]
+    assert "expression nested deeper than 100 levels" in errors[0]["msg"]
+    assert "RecursionError" not in err
+
+
+def test_nesting_at_the_limit_compiles(tmp_path, capsys):
+    """The deepest model expression calling a layer whose expression is as deep:
+    lowering recurses through both and must stay clear of Python's recursion limit."""
+    from gdsl.frontend.parser import MAX_NESTING
+    k = MAX_NESTING - 2  # relu(...) levels + the call + its [static args]
+    src = edit("gcn.gd", "h = relu(GCNConv[hidden](h))", f"h = {'relu(' * k}GCNConv[hidden](h){')' * k}")
+    k = MAX_NESTING - 1  # relu(...) levels + the '+'
+    src = src.replace("apply     out = s + b", f"apply     out = {'relu(' * k}s{')' * k} + b")
+    path = tmp_path / "deep.gd"
+    path.write_text(src)
+    assert main(["compile", str(path)]) == 0, capsys.readouterr().err[:500]
+    src = src.replace("apply     out = relu(", "apply     out = -relu(")  # one level more
+    path.write_text(src)
+    assert main(["compile", str(path)]) == 1
+    col = len("    apply     out = -") + 1 + len("relu(") * (k - 1)  # the innermost relu is level 101
+    assert f"deep.gd:14:{col}: error: expression nested deeper than {MAX_NESTING} levels" in capsys.readouterr().err
+
+
+def test_file_that_does_not_exist(tmp_path, capsys):
+    missing = tmp_path / "nope.gd"
+    assert main(["compile", str(missing)]) == 1
+    err = capsys.readouterr().err
+    assert f"{missing}: no such file" in err and "Traceback" not in err
+
+
+def test_unknown_override_from_command_line(tmp_path, capsys):
+    err, errors = compile_errors(tmp_path, capsys, (PROGRAMS / "gcn.gd").read_text(), "--set", "hiden=3")
+    assert (errors[0]["line"], errors[0]["col"]) == ("18", "1")
+    assert "GCN has no static argument 'hiden' to override" in errors[0]["msg"]
+
+
+# ---- several errors ----------------------------------------------------------
+def test_checker_errors_are_all_reported_sorted(tmp_path, capsys):
+    src = (PROGRAMS / "gcn.gd").read_text()
+    for old, new in [("accuracy(mask = test)", "accuracy(mask = tst)"), ("adam(lr", "adagrad(lr"),
+                     ("(self_loops, symmetric)", "(self_loops, undirected)")]:
+        src = src.replace(old, new)
+    err, errors = compile_errors(tmp_path, capsys, src)
+    assert [(m["line"], m["col"]) for m in errors] == [("2", "22"), ("28", "17"), ("30", "55")]
+    assert "3 errors generated." in err
+
+
+def test_lowering_errors_are_all_reported_sorted(tmp_path, capsys):
+    # found in the order 19 (model), then 12 and 14 (layer, lowered at the call on line 20)
+    src = (PROGRAMS / "gcn.gd").read_text()
+    for old, new in [("h = dropout(X, p)", "h = dropout(X, 2)"), ("transform t = a @ W", "transform t = m @ W"),
+                     ("apply     out = s + b", "apply     out = s + bias")]:
+        src = src.replace(old, new)
+    err, errors = compile_errors(tmp_path, capsys, src)
+    assert [(m["line"], m["col"]) for m in errors] == [("12", "19"), ("14", "25"), ("19", "20")]
+    assert "edge tensor 'm'" in errors[0]["msg"] and "'bias'" in errors[1]["msg"] and "dropout p" in errors[2]["msg"]
+    assert "3 errors generated." in err
+
+
+# ---- the real process ----------------------------------------------------------
+def _gdsl(*args: str) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "gdsl", "compile", *args], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=120)
+
+
+def test_process_syntax_error_and_deep_nesting(tmp_path):
+    bad = tmp_path / "bad.gd"
+    bad.write_text(edit("gcn.gd", "apply     out = s + b", "apply     out = s $ b"))
+    r = _gdsl(str(bad))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"{bad}:14:23: error: unexpected character '$'" in r.stderr
+    deep = tmp_path / "deep.gd"
+    deep.write_text(edit("gcn.gd", "h = dropout(h, p)", f"h = {'(' * 5000}h{')' * 5000}"))
+    r = _gdsl(str(deep))
+    assert r.returncode == 1 and "Traceback" not in r.stderr and "nesting deeper than" in r.stderr
+
+
+def test_process_missing_file(tmp_path):
+    r = _gdsl(str(tmp_path / "nope.gd"))
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "nope.gd: no such file" in r.stderr
