@@ -121,3 +121,17 @@ def test_isolated_vertices_and_empty_graph():
     m3 = gdsl.compile(PROGRAMS / "gat.gd").module(empty)  # self loops only
     m3.eval()
     assert torch.isfinite(m3()).all()
+
+
+def test_broadcast_mode_does_not_depend_on_equal_sizes():
+    """A [dout] bias on a [heads, dout] value adds along dout even when heads == dout."""
+    src = (Path(__file__).parent / "filecheck" / "passes" / "broadcast_symbolic.gd").read_text()
+    g = random_graph(seed=1, c=3)
+    model = gdsl.compile(src).module(g)  # heads = dout = C = 3
+    p = _params(model)
+    with torch.no_grad():
+        p["L_1.b"].copy_(torch.tensor([1.0, 2.0, 3.0]))
+        p["L_1.W"].zero_()
+    model.eval()
+    # with W = 0 every message is 0, so out = mean over heads of the bias row
+    torch.testing.assert_close(model(), torch.tensor([1.0, 2.0, 3.0]).expand(g.num_nodes, 3))

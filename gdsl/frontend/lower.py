@@ -19,7 +19,7 @@ from gdsl.diagnostics import DiagnosticBag, Span
 from gdsl.frontend import ast
 from gdsl.frontend.checker import CheckedProgram
 from gdsl.ir.core import Func, Module, Op, Type, Value
-from gdsl.ir.ops import REDUCERS, ShapeError, fmt_shape, infer, same_dim
+from gdsl.ir.ops import BINARY, REDUCERS, TYPED_BY_ATTR, ShapeError, broadcast_mode, fmt_shape, infer, same_dim
 
 UNARY_FNS = ("relu", "elu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs")
 INITS = {"glorot": 0, "zeros": 0, "ones": 0, "normal": 1, "uniform": 1}
@@ -38,6 +38,7 @@ def sym(name: str) -> sympy.Symbol:
 class Binding:
     value: Value | None = None      # a tensor
     static: Any = None              # a sympy expression (static arg / dim)
+    sym: Any = None                 # its symbolic stand-in inside a layer (decides broadcasting)
     kind: str = ""                  # arg | input | param | <stage> | local | static
     span: Span = field(default_factory=Span)
 
@@ -65,6 +66,10 @@ class Lowerer:
         self.call_count: dict[str, int] = {}
         self.called_layers: set[str] = set()
         self.cur_stage = "model"
+        # Feature shapes in terms of a layer's own static args and dims
+        # (`[heads, dout]` even when heads = dout = 8): used only to decide
+        # how operands broadcast, so the decision never depends on sizes.
+        self.symshape: dict[Value, tuple] = {}
 
     # ---- helpers -----------------------------------------------------------
     def error(self, span: Span, msg: str) -> None:
@@ -77,27 +82,55 @@ class Lowerer:
     def emit(self, sc: _Scope, name: str, operands: list[Value], attrs: dict, span: Span, hint: str = "") -> Value:
         if any(v in self.poison for v in operands):
             raise _Bail()
+        attrs = dict(attrs)
+        if name in BINARY or name == "dot":
+            self.decide_broadcast(name, operands, attrs)
         try:
             t = infer(name, [v.type for v in operands], attrs)
         except ShapeError as e:
             self.error(span, str(e))
-        attrs = dict(attrs)
         if sc.in_layer and name not in ("param", "input"):
             attrs.setdefault("stage", self.cur_stage)
         if sc.scope:
             attrs["scope"] = sc.scope
         v = Value(t, hint)
         sc.func.ops.append(Op(name, list(operands), v, attrs, span))
+        if sc.in_layer and name not in TYPED_BY_ATTR:
+            try:
+                st = infer(name, [v.type.with_shape(self.symshape.get(v, v.type.shape)) for v in operands], attrs)
+                self.symshape[v] = st.shape
+            except ShapeError:
+                pass  # symbolic shapes disagree where sizes agree: fall back to sizes
         return v
 
+    def decide_broadcast(self, name: str, operands: list[Value], attrs: dict) -> None:
+        cut = (lambda s: s[:-1]) if name == "dot" else (lambda s: s)
+        concrete = [cut(v.type.shape) for v in operands]
+        symbolic = [cut(self.symshape[v]) for v in operands if v in self.symshape]
+        mode = None
+        if len(symbolic) == 2:
+            try:
+                mode = broadcast_mode(*symbolic)
+            except ShapeError:
+                mode = None
+        if mode is None:
+            try:
+                mode = broadcast_mode(*concrete)
+            except ShapeError:
+                return  # infer reports it
+        if mode in ("lead", "trail"):
+            attrs["broadcast"] = mode
+
     # ---- static expressions (shapes, static args, counts) ------------------
-    def static(self, e: ast.Expr, env: dict[str, Binding], what: str | None = None) -> sympy.Expr:
+    def static(self, e: ast.Expr, env: dict[str, Binding], what: str | None = None, symbolic: bool = False) -> sympy.Expr:
         """Evaluate a static expression; `what` names it in errors (e.g. 'leaky_relu slope')."""
         match e:
             case ast.Number(value=v):
                 return sympy.Integer(v) if isinstance(v, int) else sympy.Float(v)
             case ast.Name(id=n):
                 b = env.get(n)
+                if b is not None and symbolic and b.sym is not None:
+                    return b.sym
                 if b is not None and b.static is not None:
                     return b.static
                 if b is not None and what:
@@ -109,9 +142,9 @@ class Lowerer:
                     self.error(e.span, f"'{n}' is a {'layer' if n in self.prog.layers else 'model'}, not a number")
                 return self.global_dim(n) if n in self._global_dim_names() else self.error(e.span, f"undefined name '{n}'")
             case ast.Neg(operand=x):
-                return -self.static(x, env, what)
+                return -self.static(x, env, what, symbolic)
             case ast.BinOp(op=o, lhs=l, rhs=r) if o in "+-*/":
-                a, b = self.static(l, env, what), self.static(r, env, what)
+                a, b = self.static(l, env, what, symbolic), self.static(r, env, what, symbolic)
                 if o == "/" and b == 0:
                     self.error(e.span, "division by zero")
                 return {"+": a + b, "-": a - b, "*": a * b, "/": a / b}[o]
@@ -139,10 +172,10 @@ class Lowerer:
             self.error(e.span, f"{what} must be a number, got {_fmt(v)}")
         return float(v)
 
-    def shape(self, dims: list[ast.Expr], env) -> tuple:
+    def shape(self, dims: list[ast.Expr], env, symbolic: bool = False) -> tuple:
         out = []
         for d in dims:
-            v = self.static(d, env)
+            v = self.static(d, env, symbolic=symbolic)
             if v.is_number and (v != int(v) or v <= 0):
                 self.error(d.span, f"dimension must be a positive integer, got {_fmt(v)}")
             out.append(sympy.Integer(int(v)) if v.is_number else v)
@@ -362,6 +395,7 @@ class Lowerer:
         attrs = {"name": s.name, "init": init if not init_args else f"{init}({init_args[0]!r})",
                  "type": Type("param", "f32", shape)}
         v = self.emit(sc, "param", [], attrs, s.span, s.name)
+        self.symshape[v] = self.shape(s.type.shape or [], sc.env, symbolic=True)
         sc.env[s.name] = Binding(v, kind="param", span=s.span)
 
     def stage(self, s: ast.StageStmt, sc: _Scope) -> None:
@@ -622,7 +656,7 @@ class Lowerer:
         if len(e.args) != len(layer.args):
             self.error(e.span, f"{name} takes {len(layer.args)} tensor argument{'s' if len(layer.args) != 1 else ''}, got {len(e.args)}")
         values = [self.expr(a, sc) for a in e.args]
-        env: dict[str, Binding] = {k: Binding(static=v, kind="static") for k, v in statics.items()}
+        env: dict[str, Binding] = {k: Binding(static=v, kind="static", sym=sympy.Dummy(k)) for k, v in statics.items()}
         for decl, v, a in zip(layer.args, values, e.args):
             if v.type.domain != "vertex":
                 self.error(a.span, f"{name} takes vertex tensors; argument '{decl.name}' got a {v.type.domain} value")
@@ -647,7 +681,7 @@ class Lowerer:
                        f"({len(decl.shape)} feature axes), got {fmt_shape(actual)}")
         for d, a in zip(decl.shape, actual):
             if isinstance(d, ast.Name) and d.id not in env and d.id not in self._global_dim_names():
-                env[d.id] = Binding(static=a, kind="static")
+                env[d.id] = Binding(static=a, kind="static", sym=sympy.Dummy(d.id))
                 continue
             want = self.static(d, env)
             if not same_dim(want, a):
@@ -662,6 +696,10 @@ class Lowerer:
             v = Value(t, decl.name)
             func.args.append(v)
             lenv[decl.name] = Binding(v, kind="arg", span=decl.span)
+            try:
+                self.symshape[v] = self.shape(decl.shape, lenv, symbolic=True)
+            except _Bail:
+                pass
         lsc = _Scope(func, lenv, in_layer=True)
         saved = self.cur_stage
         out = self.body(layer.body, lsc, is_layer=True, where=layer)

@@ -41,41 +41,61 @@ def join_domain(domains: list[str]) -> str:
 
 
 def broadcast_mode(a: tuple, b: tuple) -> str:
-    """How `broadcast` aligned two feature shapes: same, lead or trail."""
+    """How two feature shapes broadcast (LANGUAGE.md; docs/language.md):
+
+    - `same`: equal shapes;
+    - `scalar`: one side has no feature axis (one value per row);
+    - `lead`: the shorter shape is an exact prefix of the longer one and is
+      padded with trailing axes: `[heads]` against `[heads, dout]` (GAT);
+    - `trail`: numpy's rule, aligned at the last axis, dims of 1 stretch.
+
+    Raises ShapeError when none applies. The lowering decides the mode on
+    symbolic shapes (`heads` vs `dout` even when both are 8) and records it
+    as the op's `broadcast` attribute, so equal sizes never flip the choice.
+    """
     if len(a) == len(b) and all(same_dim(x, y) for x, y in zip(a, b)):
         return "same"
-    try:
-        _broadcast(a, b, (True,))
+    if not a or not b:
+        return "scalar"
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    if len(short) < len(long) and all(same_dim(x, y) for x, y in zip(short, long)):
         return "lead"
-    except ShapeError:
-        return "trail"
+    _trailing(a, b)
+    return "trail"
 
 
-def broadcast(a: tuple, b: tuple) -> tuple:
-    return _broadcast(a, b, (True, False))
+def broadcast(a: tuple, b: tuple, mode: str | None = None) -> tuple:
+    """The broadcast feature shape of `a` and `b` (in `mode`, else the default)."""
+    mode = mode or broadcast_mode(a, b)
+    if mode == "same":
+        if len(a) != len(b) or not all(same_dim(x, y) for x, y in zip(a, b)):
+            raise ShapeError(f"shapes {fmt_shape(a)} and {fmt_shape(b)} differ")
+        return tuple(a)
+    if mode == "scalar":
+        if a and b:
+            raise ShapeError(f"neither {fmt_shape(a)} nor {fmt_shape(b)} is one value per row")
+        return tuple(a or b)
+    if mode == "lead":
+        short, long = (a, b) if len(a) < len(b) else (b, a)
+        if not all(same_dim(x, y) for x, y in zip(short, long)):
+            raise ShapeError(f"{fmt_shape(short)} is not a leading part of {fmt_shape(long)}")
+        return tuple(long)
+    return _trailing(a, b)
 
 
-def _broadcast(a: tuple, b: tuple, modes) -> tuple:
-    """Feature-shape broadcasting: equal shapes, else leading-axis alignment
-    (`[heads]` against `[heads, dout]`, LANGUAGE.md's GAT), else numpy-style
-    trailing alignment; a dim of 1 stretches."""
-    if len(a) == len(b) and all(same_dim(x, y) for x, y in zip(a, b)):
-        return a
-    for lead in modes:
-        n = max(len(a), len(b))
-        pa = (tuple(a) + (1,) * (n - len(a))) if lead else ((1,) * (n - len(a)) + tuple(a))
-        pb = (tuple(b) + (1,) * (n - len(b))) if lead else ((1,) * (n - len(b)) + tuple(b))
-        out = []
-        for x, y in zip(pa, pb):
-            if same_dim(x, y) or same_dim(y, 1):
-                out.append(x)
-            elif same_dim(x, 1):
-                out.append(y)
-            else:
-                break
+def _trailing(a: tuple, b: tuple) -> tuple:
+    n = max(len(a), len(b))
+    pa = (1,) * (n - len(a)) + tuple(a)
+    pb = (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(pa, pb):
+        if same_dim(x, y) or same_dim(y, 1):
+            out.append(x)
+        elif same_dim(x, 1):
+            out.append(y)
         else:
-            return tuple(out)
-    raise ShapeError(f"cannot broadcast shapes {fmt_shape(a)} and {fmt_shape(b)}")
+            raise ShapeError(f"cannot broadcast shapes {fmt_shape(a)} and {fmt_shape(b)}")
+    return tuple(out)
 
 
 def _axis(attrs, rank: int, name: str) -> int:
@@ -96,7 +116,7 @@ def infer(name: str, ts: list[Type], attrs: dict) -> Type:
         return t
     if name in BINARY:
         a, b = ts
-        return Type(join_domain([a.domain, b.domain]), "f32", broadcast(a.shape, b.shape))
+        return Type(join_domain([a.domain, b.domain]), "f32", broadcast(a.shape, b.shape, attrs.get("broadcast")))
     if name == "matmul":
         x, w = ts
         if w.domain != "param":
@@ -113,7 +133,7 @@ def infer(name: str, ts: list[Type], attrs: dict) -> Type:
             raise ShapeError("dot needs a feature axis on both sides")
         if not same_dim(a.shape[-1], b.shape[-1]):
             raise ShapeError(f"dot: last axes differ ({format_dim(a.shape[-1])} vs {format_dim(b.shape[-1])})")
-        return Type(join_domain([a.domain, b.domain]), "f32", broadcast(a.shape[:-1], b.shape[:-1]))
+        return Type(join_domain([a.domain, b.domain]), "f32", broadcast(a.shape[:-1], b.shape[:-1], attrs.get("broadcast")))
     if name == "reduce":
         t = ts[0]
         if not t.shape:

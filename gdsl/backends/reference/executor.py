@@ -68,11 +68,11 @@ def _binary_operands(op: Op, vals: list):
     a, b = op.operands
     xa, xb = vals
     ta, tb = a.type, b.type
-    mode = broadcast_mode(ta.shape, tb.shape)
+    mode = op.attrs.get("broadcast") or broadcast_mode(ta.shape, tb.shape)
     rank = max(len(ta.shape), len(tb.shape))
     if mode == "same" and _rows(ta) == _rows(tb):
         return xa, xb
-    lead = mode != "trail"
+    lead = mode != "trail"  # `scalar` pads trailing axes too: [N] against [N, F]
     return _align(xa, ta, rank, lead), _align(xb, tb, rank, lead)
 
 
@@ -231,7 +231,7 @@ class ReferenceModule(nn.Module):
         if n == "dot":
             a, b = op.operands
             rank = max(len(a.type.shape), len(b.type.shape)) - 1
-            lead = broadcast_mode(a.type.shape[:-1], b.type.shape[:-1]) != "trail"
+            lead = (op.attrs.get("broadcast") or broadcast_mode(a.type.shape[:-1], b.type.shape[:-1])) != "trail"
             xa = self._align_keep_last(vals[0], a.type, rank, lead)
             xb = self._align_keep_last(vals[1], b.type, rank, lead)
             return (xa * xb).sum(-1)

@@ -92,7 +92,7 @@ schedule {
 # LOWER-NEXT:   %s : edge f32[E, 8] = leaky_relu[slope=0.2, stage=scatter] %4
 # LOWER-NEXT:   %alpha : edge f32[E, 8] = edge_softmax[stage=scatter] %s
 # LOWER-NEXT:   %5 : edge f32[E, 8, 8] = src[stage=scatter] %zs
-# LOWER-NEXT:   %m : edge f32[E, 8, 8] = mul[stage=scatter] %alpha, %5
+# LOWER-NEXT:   %m : edge f32[E, 8, 8] = mul[broadcast=lead, stage=scatter] %alpha, %5
 # LOWER-NEXT:   %a : vertex f32[N, 8, 8] = gather[reduce=sum, stage=gather, to=dst] %m
 # LOWER-NEXT:   %out : vertex f32[N, 8, 8] = add[stage=apply] %a, %b
 # LOWER-NEXT:   return %out
@@ -112,7 +112,7 @@ schedule {
 # LOWER-NEXT:   %s : edge f32[E, 1] = leaky_relu[slope=0.2, stage=scatter] %4
 # LOWER-NEXT:   %alpha : edge f32[E, 1] = edge_softmax[stage=scatter] %s
 # LOWER-NEXT:   %5 : edge f32[E, 1, C] = src[stage=scatter] %zs
-# LOWER-NEXT:   %m : edge f32[E, 1, C] = mul[stage=scatter] %alpha, %5
+# LOWER-NEXT:   %m : edge f32[E, 1, C] = mul[broadcast=lead, stage=scatter] %alpha, %5
 # LOWER-NEXT:   %a : vertex f32[N, 1, C] = gather[reduce=sum, stage=gather, to=dst] %m
 # LOWER-NEXT:   %out : vertex f32[N, 1, C] = add[stage=apply] %a, %b
 # LOWER-NEXT:   return %out
@@ -152,7 +152,7 @@ schedule {
 # OPT-NEXT:   %4 : edge f32[E, 8] = add[stage=scatter] %1, %3
 # OPT-NEXT:   %s : edge f32[E, 8] = leaky_relu[slope=0.2, stage=scatter] %4
 # OPT-NEXT:   %alpha : edge f32[E, 8] = edge_softmax[stage=scatter] %s
-# OPT-NEXT:   %m : edge f32[E, 8, 8] = mul[stage=scatter] %alpha, %0
+# OPT-NEXT:   %m : edge f32[E, 8, 8] = mul[broadcast=lead, stage=scatter] %alpha, %0
 # OPT-NEXT:   %a : vertex f32[N, 8, 8] = gather[reduce=sum, stage=gather, to=dst] %m
 # OPT-NEXT:   %out : vertex f32[N, 8, 8] = add[stage=apply] %a, %b
 # OPT-NEXT:   %5 : vertex f32[N, 8, 8] = elu %out
@@ -172,7 +172,7 @@ schedule {
 # OPT-NEXT:   %10 : edge f32[E, 1] = add[stage=scatter] %7, %9
 # OPT-NEXT:   %s_1 : edge f32[E, 1] = leaky_relu[slope=0.2, stage=scatter] %10
 # OPT-NEXT:   %alpha_1 : edge f32[E, 1] = edge_softmax[stage=scatter] %s_1
-# OPT-NEXT:   %m_1 : edge f32[E, 1, C] = mul[stage=scatter] %alpha_1, %6
+# OPT-NEXT:   %m_1 : edge f32[E, 1, C] = mul[broadcast=lead, stage=scatter] %alpha_1, %6
 # OPT-NEXT:   %a_1 : vertex f32[N, 1, C] = gather[reduce=sum, stage=gather, to=dst] %m_1
 # OPT-NEXT:   %out_1 : vertex f32[N, 1, C] = add[stage=apply] %a_1, %b_1
 # OPT-NEXT:   %11 : vertex f32[N, C] = reduce[axis=0, fn=mean] %out_1
