@@ -66,6 +66,7 @@ class CheckedProgram:
     trains: dict[str, ast.TrainDecl] = field(default_factory=dict)
     schedule: dict[str, Any] = field(default_factory=dict)
     order_hints: list[ast.OrderHint] = field(default_factory=list)
+    schedule_spans: dict[str, Span] = field(default_factory=dict)
 
 
 def _number(e: ast.Expr) -> float | int | None:
@@ -332,6 +333,7 @@ class Checker:
             v = getattr(self, f"hint_{s.target}")(s.values[0])
             if v is not None:
                 self.out.schedule[s.target] = v
+                self.out.schedule_spans[s.target] = s.values[0].span
 
     def _word(self, e: ast.Expr, allowed, what: str):
         if isinstance(e, ast.Name) and e.id in allowed:

@@ -19,6 +19,7 @@ from gdsl.diagnostics import DiagnosticBag, Span
 from gdsl.frontend import ast
 from gdsl.frontend.checker import CheckedProgram
 from gdsl.ir.core import Func, Module, Op, Type, Value
+from gdsl.passes.linearity import order_feasible
 from gdsl.ir.ops import BINARY, REDUCERS, TYPED_BY_ATTR, ShapeError, broadcast_mode, fmt_shape, infer, same_dim
 
 UNARY_FNS = ("relu", "elu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs")
@@ -140,6 +141,8 @@ class Lowerer:
                     self.error(e.span, f"'{n}' is a tensor; a static value (number or dimension) is needed here")
                 if n in self.prog.layers or n in self.prog.models:
                     self.error(e.span, f"'{n}' is a {'layer' if n in self.prog.layers else 'model'}, not a number")
+                if n == "E":
+                    self.error(e.span, "E (the edge count) is not a static value: it changes with the graph options")
                 return self.global_dim(n) if n in self._global_dim_names() else self.error(e.span, f"undefined name '{n}'")
             case ast.Neg(operand=x):
                 return -self.static(x, env, what, symbolic)
@@ -216,7 +219,7 @@ class Lowerer:
         main.results = [out]
         if cfg is not None and cfg.loss is not None:
             self.lower_loss(sc, out, cfg)
-        self.check_order_hints()
+        self.check_order_hints(main)
         m = Module(main, self.funcs)
         m.attrs["graph"] = dict(sorted(self.prog.graph_options.items()))
         if self.dims:
@@ -236,13 +239,34 @@ class Lowerer:
         t = Type(d.domain if d.domain in ("vertex", "edge") else "vertex", "f32", shape)
         return self.emit(sc, "input", [], {"name": d.name, "type": t}, d.span, d.name)
 
-    def check_order_hints(self) -> None:
+    def check_order_hints(self, main: Func) -> None:
+        """An `order` hint must be able to hold: it needs an aggregation that
+        feeds a `@`, and dense_first needs that aggregation to be linear."""
+        calls = {op.attrs["scope"]: op for op in main.ops if op.name == "call"}
         for h in self.prog.order_hints:
             if h.layer not in self.prog.layers:
                 self.diags.error(h.span, f"order hint names unknown layer '{h.layer}'")
             elif not 1 <= h.occurrence <= self.call_count.get(h.layer, 0):
                 n = self.call_count.get(h.layer, 0)
                 self.diags.error(h.span, f"order hint for {h.layer}#{h.occurrence}, but the model calls {h.layer} {n} time{'s' if n != 1 else ''}")
+            else:
+                call = calls.get(f"{h.layer}_{h.occurrence}")
+                if call is not None:
+                    ok, why = order_feasible(self.funcs[call.attrs["callee"]], h.value.id)
+                    if not ok:
+                        self.diags.error(h.value.span, f"order {h.value.id} cannot hold for {h.layer}#{h.occurrence}: {why}")
+        order = self.prog.schedule.get("order")
+        if order in ("sparse_first", "dense_first"):
+            span = self.prog.schedule_spans["order"]
+            results = {op.attrs["scope"]: order_feasible(self.funcs[op.attrs["callee"]], order)
+                       for op in calls.values() if op.attrs["callee"] in self.funcs}
+            applicable = {k: r for k, r in results.items() if "no aggregation" not in r[1]}
+            if not applicable:
+                self.diags.error(span, f"order = {order} cannot hold: no layer call aggregates before a '@ param'")
+            for scope, (ok, why) in applicable.items():
+                if not ok:
+                    self.diags.error(span, f"order = {order} cannot hold for {scope.replace('_', '#')}: {why}")
+                    break
 
     def lower_loss(self, sc: _Scope, out: Value, cfg) -> None:
         spec = cfg.loss
@@ -267,6 +291,10 @@ class Lowerer:
             if out.type.shape not in ((), (1,)) and t.type.dtype == "i64":
                 self.diags.error(spec.span, f"bce with labels needs model output [] or [1], got {fmt_shape(out.type.shape)}")
                 return
+        elif spec.fn == "mse" and t.type.dtype != "f32":
+            self.diags.error(spec.span, f"mse needs an f32 vertex input as its target; '{spec.target}' holds class labels "
+                             "(use cross_entropy, or bce for two classes)")
+            return
         elif spec.fn == "mse" and t.type.dtype == "f32":
             if len(t.type.shape) != len(out.type.shape) or not all(same_dim(a, b) for a, b in zip(t.type.shape, out.type.shape)):
                 self.diags.error(spec.span, f"mse: model output {fmt_shape(out.type.shape)} and target {fmt_shape(t.type.shape)} differ")

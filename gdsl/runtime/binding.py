@@ -14,7 +14,9 @@ def bind_dims(prog: CheckedProgram, graph: Graph) -> dict[str, int]:
     input) or `graph.ndata[name]`; a label input binds its class count from
     the labels (max + 1); an edge input from `graph.edata[name]`.
     """
-    dims: dict[str, int] = {}  # N and E stay symbolic: row dims, and E changes with graph options
+    # N binds (a param may be f32[N, d]: one learned row per vertex); E does
+    # not: it changes with the graph options, and the lowering refuses it.
+    dims: dict[str, int] = {"N": graph.num_nodes}
     first_feature = True
     for name, d in prog.inputs.items():
         if d.type.dtype == "label":

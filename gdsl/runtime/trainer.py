@@ -52,11 +52,17 @@ def make_optimizer(name: str, args: dict[str, float], params) -> torch.optim.Opt
 
 
 def accuracy(out: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None) -> float:
+    """Share of correct predictions: argmax over classes, or the sign of a
+    single logit (a bce model with output [] or [1])."""
     if mask is not None:
         out, labels = out[mask], labels[mask]
     if labels.numel() == 0:
         return float("nan")
-    return float((out.argmax(-1) == labels).float().mean())
+    if out.dim() == 1 or out.shape[-1] == 1:
+        pred = (out.reshape(-1) > 0).long()
+    else:
+        pred = out.argmax(-1)
+    return float((pred == labels).float().mean())
 
 
 def train(program, graph: Graph, *, backend: str = "reference", epochs: int | None = None, seed: int = 0,

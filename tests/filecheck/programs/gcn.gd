@@ -262,7 +262,7 @@ train cora {
 # OPT-NEXT:   return %out_1
 # OPT-NEXT: }
 
-# CORA: module attrs {dims={C=7, F=1433}, graph={self_loops=true, symmetric=true}}
+# CORA: module attrs {dims={C=7, F=1433, N=2708}, graph={self_loops=true, symmetric=true}}
 # CORA: func @main() {
 # CORA-NEXT:   %X : vertex f32[N, 1433] = input[name=X]
 # CORA-NEXT:   %Y : vertex i64[N] = input[classes=7, name=Y]

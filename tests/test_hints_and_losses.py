@@ -1,0 +1,91 @@
+"""Order hints that cannot hold, loss/target checks, N and E as static values."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import gdsl
+from filecheck_runner import run_gdsl
+from helpers import random_graph
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _compile_err(tmp_path, text: str) -> str:
+    p = tmp_path / "p.gd"
+    p.write_text(text)
+    code, _, err = run_gdsl(["compile", str(p)])
+    assert code == 1, err
+    assert "Traceback" not in err
+    return err
+
+
+def test_global_dense_first_on_gat_is_refused(tmp_path):
+    src = (ROOT / "programs" / "gat.gd").read_text().replace("order     = auto", "order     = dense_first")
+    err = _compile_err(tmp_path, src)
+    assert "p.gd:39:17: error: order = dense_first cannot hold: no layer call aggregates before a '@ param'" in err
+
+
+def test_dense_first_on_max_aggregation_is_refused(tmp_path):
+    src = (ROOT / "programs" / "extra" / "sage_max.gd").read_text() + "schedule {\n    order SAGEPool#1 = dense_first\n}\n"
+    err = _compile_err(tmp_path, src)
+    assert "order dense_first cannot hold for SAGEPool#1: its aggregation is not linear: it reduces with max" in err
+
+
+def test_dense_first_on_attention_weighted_sum_is_refused(tmp_path):
+    src = """graph G
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train
+layer Att[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    param a : f32[din] = glorot
+    scatter s = edge_softmax(dot(src.h, a))
+    scatter m = s * src.h
+    gather  g = sum(m)
+    transform t = g @ W
+    return t
+}
+model M { return Att[C](X) }
+train t { model = M; loss = cross_entropy(Y, mask = train) }
+schedule { order Att#1 = dense_first }
+"""
+    err = _compile_err(tmp_path, src)
+    assert "p.gd:16:26: error: order dense_first cannot hold for Att#1: its aggregation is not linear: " \
+           "the message is scaled by a learned or data-dependent value" in err
+    ok = src.replace("dense_first", "sparse_first")
+    (tmp_path / "ok.gd").write_text(ok)
+    assert run_gdsl(["compile", str(tmp_path / "ok.gd")])[0] == 0
+
+
+def test_linear_hints_compile_and_are_recorded():
+    code, out, err = run_gdsl(["compile", str(ROOT / "programs" / "extra" / "gcn_schedule.gd")])
+    assert code == 0, err
+    assert "order_hints={GCNConv#1=dense_first, GCNConv#2=sparse_first}" in out
+
+
+def test_mse_with_label_target_is_a_compile_error(tmp_path):
+    src = (ROOT / "programs" / "gcn.gd").read_text().replace("cross_entropy(Y", "mse(Y")
+    err = _compile_err(tmp_path, src)
+    assert "p.gd:27:17: error: mse needs an f32 vertex input as its target; 'Y' holds class labels" in err
+
+
+def test_edge_count_is_not_a_static_value(tmp_path):
+    src = (ROOT / "programs" / "gcn.gd").read_text().replace("GCNConv[hidden](h)", "GCNConv[E](h)")
+    err = _compile_err(tmp_path, src)
+    assert "error: E (the edge count) is not a static value" in err
+
+
+def test_N_binds_from_the_graph_and_E_stays_symbolic():
+    g = random_graph(n=20, e=40, f=3, c=2)
+    bound = gdsl.compile(ROOT / "programs" / "gcn.gd").bind(g)
+    assert bound.module.attrs["dims"] == {"C": 2, "F": 3, "N": 20}
+
+
+def test_bce_accuracy_uses_the_sign_of_one_logit():
+    from gdsl.runtime.trainer import accuracy
+
+    out = torch.tensor([[2.0], [-1.0], [0.5]])
+    assert accuracy(out, torch.tensor([1, 0, 0]), None) == pytest.approx(2 / 3)
