@@ -78,6 +78,9 @@ class DiagnosticBag:
             raise CompileError(self.items, source)
 
 
+MAX_SHOWN = 120  # source characters shown around a caret
+
+
 def render(diag: Diagnostic, source: str | None) -> str:
     """Render one diagnostic like clang: header, source line, caret."""
     out = [f"{diag.span}: {diag.severity}: {diag.message}"]
@@ -88,9 +91,15 @@ def render(diag: Diagnostic, source: str | None) -> str:
         width = 1
         if sp.end_line == sp.line and sp.end_col > sp.col:
             width = sp.end_col - sp.col
+        col = sp.col
+        if len(text) > MAX_SHOWN:  # show a window around the caret, not a screenful
+            start = max(0, min(col - 1 - MAX_SHOWN // 2, len(text) - MAX_SHOWN))
+            text = ("..." if start else "") + text[start:start + MAX_SHOWN] + ("..." if start + MAX_SHOWN < len(text) else "")
+            col = col - start + (3 if start else 0)
+            width = min(width, MAX_SHOWN - (col - 1) + 3)
         gutter = f"{sp.line:>4} | "
         out.append(gutter + text)
-        out.append(" " * (len(gutter) - 2) + "| " + " " * (sp.col - 1) + "^" * max(1, width))
+        out.append(" " * (len(gutter) - 2) + "| " + " " * (col - 1) + "^" * max(1, width))
     for n in diag.notes:
         out.append(render(n, source))
     return "\n".join(out)

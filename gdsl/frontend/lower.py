@@ -89,6 +89,10 @@ class Lowerer:
         try:
             t = infer(name, [v.type for v in operands], attrs)
         except ShapeError as e:
+            decl = operands[1].owner if name == "matmul" and operands[1].owner is not None else None
+            if decl is not None and decl.name == "param":
+                self.diags.error(span, str(e), (self.diags.note(decl.span, f"{decl.attrs['name']} declared here"),))
+                raise _Bail() from None
             self.error(span, str(e))
         if sc.in_layer and name not in ("param", "input"):
             attrs.setdefault("stage", self.cur_stage)

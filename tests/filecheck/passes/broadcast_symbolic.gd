@@ -22,7 +22,7 @@ train t { model = M; loss = cross_entropy(Y, mask = train) }
 
 # RUN: gdsl compile %s --data cora | filecheck %s
 
-# CHECK: module attrs {dims={C=7, F=1433}, graph={self_loops=true}}
+# CHECK: module attrs {dims={C=7, F=1433, N=2708}, graph={self_loops=true}}
 # CHECK: func @main() {
 # CHECK-NEXT:   %X : vertex f32[N, 1433] = input[name=X]
 # CHECK-NEXT:   %Y : vertex i64[N] = input[classes=7, name=Y]
