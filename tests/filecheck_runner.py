@@ -1,6 +1,6 @@
 """A tiny lit-style runner: `# RUN:` lines in a test file, checked by filecheck.
 
-Supported RUN forms (`%s` is the test file):
+Supported RUN forms (`%s` is the test file, `%root` the repository root):
     # RUN: gdsl ARGS... | filecheck %s [--check-prefix=P]
     # RUN: not gdsl ARGS... 2>&1 | filecheck %s [--check-prefix=P]
 `gdsl` runs in-process (tests stay fast); filecheck is the PyPI `filecheck`
@@ -32,9 +32,16 @@ def run_gdsl(argv: list[str]) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def expand(cmd: str, path: Path) -> str:
+    return cmd.replace("%root", str(ROOT)).replace("%s", str(path))
+
+
 def check(path: Path, run: str) -> None:
     cmd, _, fc = run.partition("|")
-    words = shlex.split(cmd.replace("%s", str(path)))
+    words = shlex.split(expand(cmd, path))
     expect_fail = words[0] == "not"
     if expect_fail:
         words = words[1:]

@@ -6,7 +6,9 @@ import pytest
 from filecheck_runner import check, run_lines
 
 HERE = Path(__file__).parent / "filecheck"
-CASES = [(p, r) for p in sorted(HERE.rglob("*.gd")) for r in run_lines(p)]
+# .gd files are programs with their own RUN lines; .check files hold only
+# RUN/CHECK lines about a program elsewhere (%root/programs/gcn.gd).
+CASES = [(p, r) for p in sorted([*HERE.rglob("*.gd"), *HERE.rglob("*.check")]) for r in run_lines(p)]
 
 
 @pytest.mark.parametrize("path,run", CASES, ids=[f"{p.relative_to(HERE)}:{i}" for i, (p, _) in enumerate(CASES)])

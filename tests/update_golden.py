@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from filecheck_runner import run_gdsl, run_lines  # noqa: E402
+from filecheck_runner import ROOT, expand, run_gdsl, run_lines  # noqa: E402
 
 
 def regenerate(path: Path) -> None:
@@ -25,7 +25,7 @@ def regenerate(path: Path) -> None:
     blocks = []
     for run in run_lines(path):
         cmd, _, fc = run.partition("|")
-        words = shlex.split(cmd.replace("%s", str(path)))
+        words = shlex.split(expand(cmd, path))
         merge = "2>&1" in words
         words = [w for w in words if w not in ("2>&1", "not")]
         code, out, err = run_gdsl(words[1:])
@@ -37,7 +37,7 @@ def regenerate(path: Path) -> None:
             if not ln.strip():
                 after_blank = True
                 continue
-            ln = ln.replace(str(path), "{{.*}}").rstrip()
+            ln = ln.replace(str(path), "{{.*}}").replace(str(ROOT) + "/", "{{.*}}").rstrip()
             block.append(f"# {prefix}{'' if after_blank else '-NEXT'}: {ln.strip() if after_blank else ln}")
             after_blank = False
         blocks.append("\n".join(block))
