@@ -50,8 +50,10 @@ def front(source: str, file: str, train: str | None = None) -> tuple[ast.Program
 def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] | None = None,
                    overrides: dict[str, Any] | None = None, train: str | None = None,
                    stop_after: str | None = None,
-                   after_each: Callable[[str, Module], None] | None = None) -> Compiled:
-    """Run the whole front end and the pass pipeline (or stop after a pass)."""
+                   after_each: Callable[[str, Module], None] | None = None,
+                   disable: tuple[str, ...] = ()) -> Compiled:
+    """Run the whole front end and the pass pipeline (or stop after a pass);
+    `disable` names optional passes to skip (e.g. `fuse`, to test it)."""
     prog, checked = front(source, file, train)
     module, diags = lower(checked, dims, overrides)
     diags.raise_if_any(source)
@@ -60,5 +62,7 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
     if after_each:
         after_each("lower", module)
     ctx = PassContext(dims=dict(dims or {}))
-    module = PassManager(after_each=after_each).run(module, ctx, stop_after=stop_after)
+    pm = PassManager(after_each=after_each)
+    pm.passes = [p for p in pm.passes if p.name not in disable]
+    module = pm.run(module, ctx, stop_after=stop_after)
     return Compiled(source, file, prog, checked, module)

@@ -113,7 +113,7 @@ def test_repeat_unrolls_to_distinct_params():
     names = {n.split(".")[0] for n, _ in model.named_parameters()}
     assert names == {f"SAGEConv_{k}" for k in range(1, 5)}
     sgc = gdsl.compile(EXTRA / "sgc.gd", K=4)
-    assert sgc.ir.count("gather[") == 4
+    assert sgc.ir.count("aggregate[") == 4
     assert [n for n, _ in sgc.module(small_graph()).named_parameters()] == ["Linear_1.W", "Linear_1.b"]
 
 

@@ -173,6 +173,23 @@ def infer(name: str, ts: list[Type], attrs: dict) -> Type:
         if t.domain != "edge":
             raise ShapeError("edge_softmax normalises an edge tensor")
         return t
+    if name == "aggregate":
+        return _infer_aggregate(ts, attrs)
+    if name == "sddmm":
+        a, b = ts
+        if a.domain != "vertex" or b.domain != "vertex":
+            raise ShapeError("sddmm reads two vertex tensors")
+        if attrs["op"] == "dot":
+            if not a.shape or not b.shape or not same_dim(a.shape[-1], b.shape[-1]):
+                raise ShapeError("sddmm dot: last axes differ")
+            return Type("edge", "f32", broadcast(a.shape[:-1], b.shape[:-1], attrs.get("broadcast")))
+        return Type("edge", "f32", broadcast(a.shape, b.shape, attrs.get("broadcast")))
+    if name == "gat_aggregate":
+        el, er, z = ts
+        if not (el.shape == er.shape and len(z.shape) == len(el.shape) + 1
+                and all(same_dim(x, y) for x, y in zip(el.shape, z.shape))):
+            raise ShapeError(f"gat_aggregate: scores {fmt_shape(el.shape)} do not lead {fmt_shape(z.shape)}")
+        return z.with_domain("vertex")
     if name in ("degree", "vertex_const"):
         return Type("vertex", "f32", ())
     if name == "edge_const":
@@ -186,10 +203,35 @@ def infer(name: str, ts: list[Type], attrs: dict) -> Type:
     raise ShapeError(f"unknown op '{name}'")
 
 
+MESSAGES = ("copy_src", "copy_edge", "add", "sub", "mul", "div")
+
+
+def _infer_aggregate(ts: list[Type], attrs: dict) -> Type:
+    """aggregate[msg, reduce, to]: DistGNN's aggregation primitive (§4.1),
+    gather(reduce) of messages `x[endpoint] msg w[e]`."""
+    msg = attrs["msg"]
+    if msg not in MESSAGES or attrs["reduce"] not in ("sum", "max", "min"):
+        raise ShapeError(f"aggregate: unknown message {msg} or reducer {attrs['reduce']}")
+    if msg == "copy_edge":
+        (w,) = ts
+        if w.domain != "edge":
+            raise ShapeError("aggregate copy_edge reads an edge tensor")
+        return w.with_domain("vertex")
+    x = ts[0]
+    if x.domain != "vertex":
+        raise ShapeError("aggregate reads a vertex tensor at the endpoint")
+    if msg == "copy_src":
+        return x
+    w = ts[1]
+    if w.domain != "edge":
+        raise ShapeError("aggregate's second operand is an edge tensor")
+    return Type("vertex", "f32", broadcast(x.shape, w.shape, attrs.get("broadcast")))
+
+
 # Ops whose type is given by an attribute rather than computed.
 TYPED_BY_ATTR = ("param", "input", "call")
 ALL_OPS = UNARY + BINARY + (
     "dropout", "sync", "softmax", "log_softmax", "matmul", "dot", "reduce", "concat", "flatten",
     "reshape", "src", "dst", "gather", "edge_softmax", "degree", "vertex_const", "edge_const",
-    "const", "param", "input", "call", "loss",
+    "const", "param", "input", "call", "loss", "aggregate", "sddmm", "gat_aggregate",
 )

@@ -12,7 +12,7 @@ class VerifyError(Exception):
 _ARITY = {"matmul": 2, "dot": 2, "loss": 2, "src": 1, "dst": 1, "gather": 1, "edge_softmax": 1,
           "dropout": 1, "sync": 1, "reduce": 1, "flatten": 1, "reshape": 1, "softmax": 1,
           "log_softmax": 1, "degree": 0, "vertex_const": 0, "edge_const": 0, "const": 0,
-          "param": 0, "input": 0}
+          "param": 0, "input": 0, "sddmm": 2, "gat_aggregate": 3}
 
 
 def _check_op(op: Op, defined: set, f: Func) -> None:

@@ -16,6 +16,7 @@ from gdsl.ir.verifier import VerifyError, verify
 from gdsl.passes.base import PassContext
 from gdsl.passes.canonicalize import Canonicalize
 from gdsl.passes.fold_edge_constants import FoldEdgeConstants
+from gdsl.passes.fuse import Fuse
 from gdsl.passes.inline import Inline
 from gdsl.passes.insert_sync import InsertSync
 
@@ -23,8 +24,9 @@ from gdsl.passes.insert_sync import InsertSync
 #  inline first: the later passes see one flat function with per-call params;
 #  insert-sync before canonicalize: it needs the `partial` marks as lowered;
 #  canonicalize before fold-edge-constants: `mean` becomes a vertex constant
-#  that folding can then combine with other graph constants.
-PASSES = [Inline(), InsertSync(), Canonicalize(), FoldEdgeConstants()]
+#  that folding can then combine with other graph constants;
+#  fuse last: it matches messages in their folded form (`src.x * w`).
+PASSES = [Inline(), InsertSync(), Canonicalize(), FoldEdgeConstants(), Fuse()]
 
 DESCRIPTIONS = {
     "lower": "AST -> IR: check stages and shapes, instantiate the model, unroll repeat",
@@ -32,6 +34,7 @@ DESCRIPTIONS = {
     "insert-sync": "insert sync[op=sum] where a partial transform result is read",
     "canonicalize": "mean -> sum * 1/deg, CSE, dead-code removal",
     "fold-edge-constants": "precompute graph-only edge expressions as edge_const",
+    "fuse": "scatter/gather patterns -> aggregate, sddmm, gat_aggregate kernels",
 }
 
 

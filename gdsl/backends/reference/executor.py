@@ -65,14 +65,17 @@ def _align(x, t: Type, target_rank: int, lead: bool):
 
 
 def _binary_operands(op: Op, vals: list):
-    a, b = op.operands
-    xa, xb = vals
-    ta, tb = a.type, b.type
-    mode = op.attrs.get("broadcast") or broadcast_mode(ta.shape, tb.shape)
-    rank = max(len(ta.shape), len(tb.shape))
+    # `scalar` pads trailing axes too: [N] against [N, F]
+    return _align_pair(vals[0], op.operands[0].type, vals[1], op.operands[1].type, op.attrs.get("broadcast"))
+
+
+def _align_pair(xa, ta: Type, xb, tb: Type, mode: str | None):
+    """Reshape two operands so torch's broadcasting does ours (see ir.ops)."""
+    mode = mode or broadcast_mode(ta.shape, tb.shape)
     if mode == "same" and _rows(ta) == _rows(tb):
         return xa, xb
-    lead = mode != "trail"  # `scalar` pads trailing axes too: [N] against [N, F]
+    rank = max(len(ta.shape), len(tb.shape))
+    lead = mode != "trail"
     return _align(xa, ta, rank, lead), _align(xb, tb, rank, lead)
 
 
@@ -112,38 +115,25 @@ class ReferenceModule(nn.Module):
                                    and op.result.type.dtype == "f32"), None)
         self.loss_op = next((op for op in module.main.ops if op.name == "loss"), None)
 
-    def _plan_spmm(self, module: Module) -> dict[Op, tuple[Value, torch.Tensor]]:
-        """Find `gather[sum](src(x) [* w])` with a constant per-edge scalar w and
-        run it as one torch.sparse CSR matmul instead of materialising E x F
-        messages. Only the gather reads the messages, so they are skipped."""
-        users = module.main.uses()
-        only = lambda v, op: users.get(v, []) == [op] and v not in module.main.results  # noqa: E731
-        plan, self._skip = {}, set()
-        for g in module.main.ops:
-            if g.name != "gather" or g.attrs["reduce"] != "sum":
+    def _plan_spmm(self, module: Module) -> dict[Op, torch.Tensor]:
+        """`aggregate[reduce=sum]` of `src.x` (times a constant per-edge scalar)
+        runs as one torch.sparse CSR matmul; the matrix is built once here."""
+        plan = {}
+        for op in module.main.ops:
+            if op.name != "aggregate" or op.attrs["reduce"] != "sum" or op.attrs["msg"] not in ("copy_src", "mul"):
                 continue
-            m = g.operands[0]
-            mop, w, x, via = m.owner, None, None, []
-            side = "src" if g.attrs["to"] == "dst" else "dst"
-            if mop is not None and mop.name == side:
-                x = mop.operands[0]
-            elif mop is not None and mop.name == "mul":
-                a, b = mop.operands
-                for e, c in ((a, b), (b, a)):
-                    if e.owner is not None and e.owner.name == side and c.owner is not None \
-                            and c.owner.name == "edge_const" and only(e, mop):
-                        x, w, via = e.owner.operands[0], self._consts[c.owner], [e.owner]
-                        break
-            if x is None or not only(m, g):
-                continue
-            row, col = (self.gd.dst, self.gd.src) if side == "src" else (self.gd.src, self.gd.dst)
+            w = None
+            if op.attrs["msg"] == "mul":
+                wv = op.operands[1]
+                if wv.owner is None or wv.owner.name != "edge_const":
+                    continue
+                w = self._consts[wv.owner]
+            row, col = (self.gd.dst, self.gd.src) if op.attrs["to"] == "dst" else (self.gd.src, self.gd.dst)
             vals = torch.ones(row.numel()) if w is None else w.to(torch.float32)
             n = self.gd.num_nodes
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                a = torch.sparse_coo_tensor(torch.stack([row, col]), vals, (n, n)).coalesce().to_sparse_csr()
-            plan[g] = (x, a)
-            self._skip.update([mop, *via])
+                plan[op] = torch.sparse_coo_tensor(torch.stack([row, col]), vals, (n, n)).coalesce().to_sparse_csr()
         return plan
 
     def _holder(self, scope: str) -> nn.Module:
@@ -171,11 +161,11 @@ class ReferenceModule(nn.Module):
     def forward(self, x: torch.Tensor | None = None) -> torch.Tensor:
         env: dict[Value, object] = {}
         for op in self.ir.main.ops:
-            if op.name == "loss" or op in self._skip:
+            if op.name == "loss":
                 continue
             if op in self._spmm:
-                src, a = self._spmm[op]
-                h = env[src]
+                a = self._spmm[op]
+                h = env[op.operands[0]]
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     out = torch.sparse.mm(a, h.reshape(h.shape[0], -1))
@@ -263,7 +253,43 @@ class ReferenceModule(nn.Module):
             return self.gather(vals[0], op.attrs["reduce"], op.attrs["to"])
         if n == "edge_softmax":
             return self.edge_softmax(vals[0])
+        if n == "aggregate":
+            return self.aggregate(op, vals)
+        if n == "sddmm":
+            return self.sddmm(op, vals)
+        if n == "gat_aggregate":
+            el, er, z = vals
+            s = F.leaky_relu(el.index_select(0, self.src_index) + er.index_select(0, self.dst_index), op.attrs["slope"])
+            alpha = self.edge_softmax(s)
+            m = alpha.reshape(alpha.shape + (1,)) * z.index_select(0, self.src_index)
+            return self.gather(m, "sum", "dst")
         raise NotImplementedError(f"reference backend cannot run op '{n}' (was the module optimised?)")
+
+    # ---- fused ops, by their unfused meaning (the oracle for every backend)
+    def aggregate(self, op: Op, vals: list):
+        msg, to = op.attrs["msg"], op.attrs["to"]
+        endpoint = self.src_index if to == "dst" else self.dst_index
+        if msg == "copy_edge":
+            return self.gather(vals[0], op.attrs["reduce"], to)
+        x = vals[0].index_select(0, endpoint)
+        if msg == "copy_src":
+            m = x
+        else:
+            xt, wt = op.operands[0].type.with_domain("edge"), op.operands[1].type
+            a, b = _align_pair(x, xt, vals[1], wt, op.attrs.get("broadcast"))
+            m = _BINARY[msg](a, b)
+        return self.gather(m, op.attrs["reduce"], to)
+
+    def sddmm(self, op: Op, vals: list):
+        a = vals[0].index_select(0, self.src_index)
+        b = vals[1].index_select(0, self.dst_index)
+        ta, tb = (v.type.with_domain("edge") for v in op.operands)
+        if op.attrs["op"] == "dot":
+            rank = max(len(ta.shape), len(tb.shape)) - 1
+            lead = (op.attrs.get("broadcast") or broadcast_mode(ta.shape[:-1], tb.shape[:-1])) != "trail"
+            return (self._align_keep_last(a, ta, rank, lead) * self._align_keep_last(b, tb, rank, lead)).sum(-1)
+        xa, xb = _align_pair(a, ta, b, tb, op.attrs.get("broadcast"))
+        return _BINARY[op.attrs["op"]](xa, xb)
 
     @staticmethod
     def _align_keep_last(x, t: Type, rank: int, lead: bool):

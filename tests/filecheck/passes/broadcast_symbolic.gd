@@ -32,12 +32,11 @@ train t { model = M; loss = cross_entropy(Y, mask = train) }
 # CHECK-NEXT:   %b : param f32[7] = param[init=zeros, name=L_1.b]
 # CHECK-NEXT:   %z : vertex f32[N, 7, 7] = matmul[partial=true, stage=transform] %X, %W
 # CHECK-NEXT:   %zs : vertex f32[N, 7, 7] = sync[op=sum, stage=sync] %z
-# CHECK-NEXT:   %0 : edge f32[E, 7, 7] = src[stage=scatter] %zs
-# CHECK-NEXT:   %s : edge f32[E, 7] = dot[stage=scatter] %0, %al
-# CHECK-NEXT:   %m : edge f32[E, 7, 7] = mul[broadcast=lead, stage=scatter] %s, %0
-# CHECK-NEXT:   %a : vertex f32[N, 7, 7] = gather[reduce=sum, stage=gather, to=dst] %m
+# CHECK-NEXT:   %s : vertex f32[N, 7] = dot[stage=scatter] %zs, %al
+# CHECK-NEXT:   %m : vertex f32[N, 7, 7] = mul[broadcast=lead, stage=scatter] %s, %zs
+# CHECK-NEXT:   %a : vertex f32[N, 7, 7] = aggregate[msg=copy_src, reduce=sum, stage=gather, to=dst] %m
 # CHECK-NEXT:   %out : vertex f32[N, 7, 7] = add[broadcast=trail, stage=apply] %a, %b
-# CHECK-NEXT:   %1 : vertex f32[N, 7] = reduce[axis=0, fn=mean] %out
-# CHECK-NEXT:   %loss : scalar f32[] = loss[fn=cross_entropy, mask=train] %1, %Y
-# CHECK-NEXT:   return %1
+# CHECK-NEXT:   %0 : vertex f32[N, 7] = reduce[axis=0, fn=mean] %out
+# CHECK-NEXT:   %loss : scalar f32[] = loss[fn=cross_entropy, mask=train] %0, %Y
+# CHECK-NEXT:   return %0
 # CHECK-NEXT: }

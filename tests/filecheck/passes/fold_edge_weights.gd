@@ -30,14 +30,12 @@ train t { model = M; loss = cross_entropy(Y, mask = train) }
 # CHECK-NEXT:   # WConv_1
 # CHECK-NEXT:   %W : param f32[F, C] = param[init=glorot, name=WConv_1.W]
 # CHECK-NEXT:   %g : param f32[F] = param[init=ones, name=WConv_1.g]
-# CHECK-NEXT:   %0 : edge f32[E, F] = src[stage=scatter] %X
 # CHECK-NEXT:   %w : edge f32[E] = edge_const[expr=2*w/sqrt(dst_degree + 1), stage=scatter]
-# CHECK-NEXT:   %m : edge f32[E, F] = mul[stage=scatter] %0, %w
-# CHECK-NEXT:   %n : edge f32[E, F] = mul[stage=scatter] %0, %g
-# CHECK-NEXT:   %a : vertex f32[N, F] = gather[reduce=sum, stage=gather, to=dst] %m
-# CHECK-NEXT:   %b : vertex f32[N, F] = gather[reduce=sum, stage=gather, to=dst] %n
-# CHECK-NEXT:   %1 : vertex f32[N, F] = add[stage=transform] %a, %b
-# CHECK-NEXT:   %t : vertex f32[N, C] = matmul[partial=true, stage=transform] %1, %W
+# CHECK-NEXT:   %n : vertex f32[N, F] = mul[stage=scatter] %X, %g
+# CHECK-NEXT:   %a : vertex f32[N, F] = aggregate[msg=mul, reduce=sum, stage=gather, to=dst] %X, %w
+# CHECK-NEXT:   %b : vertex f32[N, F] = aggregate[msg=copy_src, reduce=sum, stage=gather, to=dst] %n
+# CHECK-NEXT:   %0 : vertex f32[N, F] = add[stage=transform] %a, %b
+# CHECK-NEXT:   %t : vertex f32[N, C] = matmul[partial=true, stage=transform] %0, %W
 # CHECK-NEXT:   %t_sync : vertex f32[N, C] = sync[inserted=true, op=sum, stage=sync] %t
 # CHECK-NEXT:   %loss : scalar f32[] = loss[fn=cross_entropy, mask=train] %t_sync, %Y
 # CHECK-NEXT:   return %t_sync

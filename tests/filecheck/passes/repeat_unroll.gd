@@ -35,18 +35,12 @@ train t { model = SGC[K = 2]; loss = cross_entropy(Y, mask = train) }
 # CHECK-NEXT:   %X : vertex f32[N, F] = input[name=X]
 # CHECK-NEXT:   %Y : vertex i64[N] = input[classes=C, name=Y]
 # CHECK-NEXT:   # Prop_1
-# CHECK-NEXT:   %0 : edge f32[E, F] = src[stage=scatter] %X
 # CHECK-NEXT:   %w_inv : edge f32[E] = edge_const[expr=1/dst_degree, stage=scatter]
-# CHECK-NEXT:   %m : edge f32[E, F] = mul[stage=scatter] %0, %w_inv
-# CHECK-NEXT:   %a : vertex f32[N, F] = gather[reduce=sum, stage=gather, to=dst] %m
+# CHECK-NEXT:   %a : vertex f32[N, F] = aggregate[msg=mul, reduce=sum, stage=gather, to=dst] %X, %w_inv
 # CHECK-NEXT:   # Prop_2
-# CHECK-NEXT:   %1 : edge f32[E, F] = src[stage=scatter] %a
-# CHECK-NEXT:   %m_1 : edge f32[E, F] = mul[stage=scatter] %1, %w_inv
-# CHECK-NEXT:   %a_1 : vertex f32[N, F] = gather[reduce=sum, stage=gather, to=dst] %m_1
+# CHECK-NEXT:   %a_1 : vertex f32[N, F] = aggregate[msg=mul, reduce=sum, stage=gather, to=dst] %a, %w_inv
 # CHECK-NEXT:   # Prop_3
-# CHECK-NEXT:   %2 : edge f32[E, F] = src[stage=scatter] %a_1
-# CHECK-NEXT:   %m_2 : edge f32[E, F] = mul[stage=scatter] %2, %w_inv
-# CHECK-NEXT:   %a_2 : vertex f32[N, F] = gather[reduce=sum, stage=gather, to=dst] %m_2
+# CHECK-NEXT:   %a_2 : vertex f32[N, F] = aggregate[msg=mul, reduce=sum, stage=gather, to=dst] %a_1, %w_inv
 # CHECK-NEXT:   # Lin_1
 # CHECK-NEXT:   %W : param f32[F, C] = param[init=glorot, name=Lin_1.W]
 # CHECK-NEXT:   %t : vertex f32[N, C] = matmul[partial=true, stage=transform] %a_2, %W
