@@ -196,8 +196,10 @@ class Lowerer:
         for name, d in self.prog.inputs.items():
             try:
                 env[name] = Binding(self.input_value(sc, d), kind="input", span=d.span)
-            except _Bail:
-                pass
+            except _Bail:  # reported; uses of the input stay silent
+                pv = Value(Type("vertex"), name)
+                self.poison.add(pv)
+                env[name] = Binding(pv, kind="poison")
         cfg = self.prog.train
         if cfg is not None and cfg.model:
             model = self.prog.models[cfg.model]
