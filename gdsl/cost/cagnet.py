@@ -1,0 +1,173 @@
+"""The CAGNET family (Tripathy, Yelick, Buluç, SC20, §IV): replicate (one
+rank), rows (1D), rows_replicated(c) (1.5D), grid2d (2D SUMMA) and grid3d
+(Split-3D-SpMM). Per-equation alpha-beta costs are the paper's; the widths
+each term is charged at (f^{l-1} or f^l) are spelled out where the paper
+writes one "f" for both.
+
+rows and rows_replicated accept any order (their communication is attached
+to each SpMM, of whatever width the order gives it); CAGNET's own algorithms
+are orders=None (sparse-first both ways, A G^l reused for Y^l). grid2d and
+grid3d are CAGNET's algorithms only.
+"""
+from __future__ import annotations
+
+from gdsl.cost import symbols as sy
+from gdsl.cost.build import (activation_terms, comm, fmax, gemm, graph_terms, param_terms,
+                             spmm, spmm_width, walk, y_allreduce)
+from gdsl.cost.problem import Problem
+from gdsl.cost.rdm import Step
+from gdsl.cost.record import Cost, OpCost
+from gdsl.cost.symbols import Expr, lg, root
+
+SYMBOLIC = Problem()
+
+
+def replicate(problem: Problem = SYMBOLIC, *, orders=None) -> Cost:
+    """The whole graph and model on one rank: no communication (the P = 1
+    case of every algorithm below). The other P-1 ranks idle."""
+    pb = problem
+    layers = pb.layers(orders)
+    ops = walk(layers, on_spmm=lambda st: [spmm(st, pb.E, pb.N, st.width)], gemm_rows=pb.N)
+    mem = graph_terms(pb.E, pb.N) + activation_terms(layers, pb.N, layers[0].f_in) + param_terms(layers)
+    return Cost("replicate", (), tuple(ops), tuple(mem), ranks=1)
+
+
+def rows(problem: Problem = SYMBOLIC, *, partition: str = "hash", orders=None) -> Cost:
+    """1D block rows (CAGNET §IV-A, Algorithm 1).
+
+    Vertices are hash-partitioned or randomly permuted first (CAGNET §V-A
+    "for load balancing, graph vertices are randomly permuted"), so each rank
+    holds N/P rows and about E/P nonzeros; the partition only changes balance.
+    Every SpMM broadcasts its dense input block by block:
+    T_comm = alpha (P-1) + (P-1)/P beta n f (§IV-A-1, eq. 1 and 3), and the
+    weight gradient is all-reduced: alpha lg P + beta f^2 (§IV-A-4).
+    """
+    if partition not in ("hash", "random"):
+        raise ValueError(f"rows partition is 'hash' or 'random', got {partition!r}")
+    pb = problem
+    N, E, P = pb.N, pb.E, pb.P
+    layers = pb.layers(orders)
+
+    def on_spmm(st: Step) -> list[OpCost]:
+        return [comm("bcast", st, (P - 1) / P * N * st.width, P - 1,
+                     f"broadcast the {st.what} input, block by block",
+                     "CAGNET §IV-A-1: alpha (P-1) + (P-1)/P beta n f"),
+                spmm(st, E / P, N / P, st.width)]
+
+    ops = walk(layers, on_spmm=on_spmm, gemm_rows=N / P,
+               on_layer=lambda ly: [y_allreduce(ly, lg(P))])
+    mem = (graph_terms(E / P, N / P) + activation_terms(layers, N / P, layers[0].f_in) + param_terms(layers)
+           + [("buffers", N / P * spmm_width(layers))])  # one broadcast block at a time (Algorithm 1)
+    return Cost("rows", (("partition", partition),), tuple(ops), tuple(mem))
+
+
+def rows_replicated(problem: Problem = SYMBOLIC, c: Expr = sy.c, *, orders=None) -> Cost:
+    """1.5D block rows on a P/c x c grid, A and H replicated c times (CAGNET §IV-B,
+    Algorithm 2). Per SpMM: alpha (P/c^2) lg(P/c^2) + beta (n f/c + n f c/P)
+    (§IV-B-1, -3); Y: alpha lg(P/c) + beta f^2 (§IV-B-4). Each process row
+    holds a block row of N c/P rows; the c processes of a row split its
+    SpMM work and all compute the GEMM (Algorithm 2 line 9)."""
+    pb = problem
+    N, E, P = pb.N, pb.E, pb.P
+    layers = pb.layers(orders)
+    stages = P / c ** 2
+
+    def on_spmm(st: Step) -> list[OpCost]:
+        return [comm("bcast+allreduce", st, N * st.width / c + N * st.width * c / P, stages * lg(stages),
+                     f"broadcast the {st.what} input within process columns, all-reduce within rows",
+                     "CAGNET §IV-B-1: alpha (P/c^2) lg(P/c^2) + beta (nf/c + nfc/P)"),
+                spmm(st, E / P, N * c / P, st.width)]
+
+    ops = walk(layers, on_spmm=on_spmm, gemm_rows=N * c / P,
+               on_layer=lambda ly: [y_allreduce(ly, lg(P / c), "CAGNET §IV-B-4: alpha lg(P/c) + beta f^2")])
+    mem = (graph_terms(E * c / P, N * c / P) + activation_terms(layers, N * c / P, layers[0].f_in) + param_terms(layers)
+           + [("buffers", 2 * N * c / P * spmm_width(layers))])  # broadcast block + partial sums
+    return Cost("rows_replicated", (("c", c),), tuple(ops), tuple(mem))
+
+
+def _cagnet_only(orders) -> None:
+    if orders not in (None, "sparse_first"):
+        raise ValueError("grid2d and grid3d are modelled for CAGNET's order only (sparse-first both ways)")
+
+
+def grid2d(problem: Problem = SYMBOLIC, *, orders=None) -> Cost:
+    """Block 2D on a sqrt(P) x sqrt(P) grid (CAGNET §IV-C, Algorithm 3), per layer:
+      eq. 1  SUMMA SpMM + partial SUMMA: alpha 2 sqrt(P) + beta (nnz/sqrt(P) + 2 n f/sqrt(P))
+      eq. 2  all-gather of H^l:          alpha lg P + beta n f/sqrt(P)
+      eq. 3  as eq. 1 plus the all-gather of sigma'(Z^{l-1}):
+                                          alpha (2 sqrt(P) + lg P) + beta (nnz/sqrt(P) + 3 n f/sqrt(P))
+      eq. 4  2D dense SUMMA + all-gather: alpha (sqrt(P) + lg P) + beta (2 n f/sqrt(P) + f^2)
+    summing to §IV-C-5's L(alpha (5 sqrt(P) + 3 lg P) + beta (8 n f/sqrt(P) + 2 nnz/sqrt(P) + f^2)).
+    Eq. 2 and the sigma' all-gather are counted in every layer, as the
+    paper's total does (they vanish for an element-wise sigma)."""
+    _cagnet_only(orders)
+    pb = problem
+    N, E, P = pb.N, pb.E, pb.P
+    q = root(P, 2)
+    layers = pb.layers(orders)
+    ops: list[OpCost] = []
+    for ly in layers:
+        a, b, i = ly.f_in, ly.f_out, ly.index
+        fw = Step("spmm", "forward", i, a, count=ly.count, what=f"T^{i} = A^T H^{i-1}")
+        bw = Step("spmm", "backward", i, b, count=ly.count, what=f"A G^{i}")
+        ops += [
+            comm("summa", fw, E / q + 2 * N * a / q, 2 * q, "SUMMA SpMM + partial SUMMA of T",
+                 "CAGNET §IV-C-1: alpha 2 sqrt(P) + beta (nnz/sqrt(P) + 2nf/sqrt(P))"),
+            spmm(fw, E / q, N, a / q),
+            gemm(Step("gemm", "forward", i, b, count=ly.count, what=f"Z^{i} = T W^{i}"), N / P, a, b),
+            comm("allgather", fw, N * b / q, lg(P), f"H^{i} along the process row",
+                 "CAGNET §IV-C-2: alpha lg P + beta nf/sqrt(P)"),
+            comm("summa", bw, E / q + 2 * N * b / q + N * a / q, 2 * q + lg(P),
+                 "SUMMA SpMM + partial SUMMA + all-gather of sigma'(Z^{l-1})",
+                 "CAGNET §IV-C-3: alpha (2 sqrt(P) + lg P) + beta (nnz/sqrt(P) + 3nf/sqrt(P))"),
+            spmm(bw, E / q, N, b / q),
+            gemm(Step("gemm", "backward", i, a, count=ly.count, what=f"G^{i-1} = (A G^{i}) W^T"), N / P, b, a),
+            comm("summa", bw, N * a / q + N * b / q + a * b, q + lg(P), "2D dense SUMMA for Y + all-gather",
+                 "CAGNET §IV-C-4: alpha (sqrt(P) + lg P) + beta (2nf/sqrt(P) + f^2)"),
+            gemm(Step("gemm", "backward", i, b, count=ly.count, what=f"Y^{i} = H^T (A G^{i})"), N / P, a, b),
+        ]
+    mem = (graph_terms(E / P, N / q) + activation_terms(layers, N / P, layers[0].f_in) + param_terms(layers)
+           + [("buffers", 2 * E / P + 2 * N * fmax(layers) / P)])  # one SUMMA stage of A and of H
+    return Cost("grid2d", (), tuple(ops), tuple(mem))
+
+
+def grid3d(problem: Problem = SYMBOLIC, *, orders=None) -> Cost:
+    """Split-3D-SpMM on a P^(1/3) cube (CAGNET §IV-D), per layer:
+      eq. 1  full + partial Split-3D-SpMM: 2 alpha (P^(1/3) + lg P) + beta (nnz/P^(2/3) + 4 n f/P^(2/3))
+      eq. 2  all-gather:                   alpha lg P + beta n f/P^(2/3)
+      eq. 3  as eq. 1 plus all-gather:     alpha (2 P^(1/3) + 3 lg P) + beta (nnz/P^(2/3) + 5 n f/P^(2/3))
+      eq. 4  3D dense SUMMA + all-gather:  alpha 2 lg P + beta (2 n f/P^(2/3) + f^2)
+    (§IV-D-5 totals L(alpha 4 P^(1/3) + beta (2 nnz/P^(2/3) + 12 n f/P^(2/3))),
+    dropping the lg P and f^2 terms.) Memory: the activations of the layer in
+    flight are replicated P^(1/3) times (§IV-D, M_total^3D)."""
+    _cagnet_only(orders)
+    pb = problem
+    N, E, P = pb.N, pb.E, pb.P
+    q = root(P, 3)
+    q2 = q * q
+    layers = pb.layers(orders)
+    ops: list[OpCost] = []
+    for ly in layers:
+        a, b, i = ly.f_in, ly.f_out, ly.index
+        fw = Step("spmm", "forward", i, a, count=ly.count, what=f"T^{i} = A^T H^{i-1}")
+        bw = Step("spmm", "backward", i, b, count=ly.count, what=f"A G^{i}")
+        ops += [
+            comm("split3d", fw, E / q2 + 3 * N * a / q2 + N * b / q2, 2 * (q + lg(P)),
+                 "Split-3D SpMM (H^{l-1} bcast, fiber reduce-scatter) + partial 3D GEMM",
+                 "CAGNET §IV-D-1: 2 alpha (P^(1/3) + lg P) + beta (nnz/P^(2/3) + 4nf/P^(2/3))"),
+            spmm(fw, E / q2, N / q, a / q),
+            gemm(Step("gemm", "forward", i, b, count=ly.count, what=f"Z^{i} = T W^{i}"), N / P, a, b),
+            comm("allgather", fw, N * b / q2, lg(P), f"H^{i} within a layer",
+                 "CAGNET §IV-D-2: alpha lg P + beta nf/P^(2/3)"),
+            comm("split3d", bw, E / q2 + 3 * N * b / q2 + 2 * N * a / q2, 2 * q + 3 * lg(P),
+                 "Split-3D SpMM + partial 3D GEMM + all-gather of sigma'(Z^{l-1})",
+                 "CAGNET §IV-D-3: alpha (2P^(1/3) + 3 lg P) + beta (nnz/P^(2/3) + 5nf/P^(2/3))"),
+            spmm(bw, E / q2, N / q, b / q),
+            gemm(Step("gemm", "backward", i, a, count=ly.count, what=f"G^{i-1} = (A G^{i}) W^T"), N / P, b, a),
+            comm("summa3d", bw, N * a / q2 + N * b / q2 + a * b, 2 * lg(P), "3D dense SUMMA for Y + all-gather",
+                 "CAGNET §IV-D-4: alpha 2 lg P + beta (2nf/P^(2/3) + f^2)"),
+            gemm(Step("gemm", "backward", i, b, count=ly.count, what=f"Y^{i} = H^T (A G^{i})"), N / P, a, b),
+        ]
+    mem = (graph_terms(E / P, N / q2) + activation_terms(layers, N / P, layers[0].f_in) + param_terms(layers)
+           + [("3D replication", (q - 1) * N * fmax(layers) / P)])  # P^(1/3) n f^max / P in all
+    return Cost("grid3d", (), tuple(ops), tuple(mem))

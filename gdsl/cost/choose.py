@@ -1,0 +1,237 @@
+"""Choose a plan: enumerate the strategies for given numbers, predict each
+one's time and memory, keep the Pareto set (time vs memory per rank) and pick
+the fastest plan that fits (ARCHITECTURE "Cost model"; RDM §IV-B keeps the
+Pareto set to time its members in the first epochs).
+
+Orders: redistribute tries every RDM configuration (RDM §IV-B, O(L 2^L)
+each) with and without memoisation and keeps the fastest per R_A; the
+strategies whose communication rides on each SpMM use the "narrow" order
+(each SpMM at the narrower width, RDM §IV-A-1); grid2d and grid3d are
+CAGNET's algorithms as published.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from gdsl.cost import rdm
+from gdsl.cost.distgnn import random_replication, vertex_cut
+from gdsl.cost.halo import edge_cut, hash_halo
+from gdsl.cost.cagnet import grid2d, grid3d, replicate, rows, rows_replicated
+from gdsl.cost.p3 import features
+from gdsl.cost.problem import OrderConfig, Problem
+from gdsl.cost.profile import DEFAULT_PROFILE, Profile, comm_time, compute_time, predict_time
+from gdsl.cost.record import Cost, _subs
+from gdsl.cost.redistribute import redistribute
+from gdsl.cost.symbols import WORD_BYTES, is_num
+
+MAX_ENUMERATED_LAYERS = 4  # 4^4 * 2 = 512 RDM configurations per R_A
+ALL = ("replicate", "rows", "rows_replicated", "grid2d", "grid3d", "features",
+       "redistribute", "vertex_cut", "edge_cut")
+
+
+class NoPlanFits(ValueError):
+    """No candidate fits the memory per rank; the message says how much the
+    smallest and the fastest would need."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    cost: Cost
+    time: float                 # seconds per epoch
+    compute: float
+    comm: float
+    memory_bytes: float         # per rank
+    fits: bool = True
+    estimates: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.cost.name
+
+
+@dataclass(frozen=True)
+class Choice:
+    best: Candidate
+    candidates: tuple[Candidate, ...]   # fastest first
+    pareto: tuple[Candidate, ...]
+    reason: str
+    memory_per_rank: float | None = None
+    estimates: tuple[str, ...] = field(default=())
+
+    def table(self, limit: int | None = None) -> str:
+        return format_table(self, limit)
+
+
+def _divisors(P: int) -> list[int]:
+    return [d for d in range(1, P + 1) if P % d == 0]
+
+
+def _is_power(P: int, k: int) -> bool:
+    q = round(P ** (1.0 / k))
+    return q ** k == P
+
+
+def candidates(problem: Problem, *, profile: Profile = DEFAULT_PROFILE, memory_per_rank: float | None = None,
+               strategies: Iterable[str] | None = None, rho: float | None = None, halo: float | None = None,
+               allow_approximate: bool = False, delay: int = 5, orders="narrow") -> list[Candidate]:
+    """Every candidate plan for numeric sizes, evaluated; fastest first."""
+    pb = problem
+    for k in ("N", "E", "F", "H", "C", "L", "P"):
+        if pb.widths is not None and k in ("F", "H", "C", "L"):
+            continue
+        if not is_num(getattr(pb, k)):
+            raise ValueError(f"choose needs numbers; {k} is {getattr(pb, k)}")
+    P = int(pb.P)
+    wanted = tuple(strategies) if strategies is not None else ALL
+    unknown = set(wanted) - set(ALL)
+    if unknown:
+        raise ValueError(f"unknown strategies {sorted(unknown)}; known: {', '.join(ALL)}")
+    notes: dict[str, tuple[str, ...]] = {}
+    rho_note = halo_note = ()
+    if rho is None:
+        rho = random_replication(pb.N, pb.E, P)
+        rho_note = (f"rho={rho:.3g} estimated (random edge placement; a measured Libra partition is lower)",)
+    if halo is None:
+        halo_note = (f"S={hash_halo(pb.N, pb.E, P):.4g} estimated (random hash partition; METIS is lower)",)
+    costs: list[Cost] = []
+    if "replicate" in wanted:
+        costs.append(replicate(pb, orders=orders))
+    if P > 1:
+        if "rows" in wanted:
+            costs.append(rows(pb, orders=orders))
+        if "rows_replicated" in wanted:
+            costs += [rows_replicated(pb, c, orders=orders) for c in _divisors(P) if 2 <= c and c * c <= P]
+        if "grid2d" in wanted and _is_power(P, 2):
+            costs.append(grid2d(pb))
+        if "grid3d" in wanted and _is_power(P, 3):
+            costs.append(grid3d(pb))
+        if "features" in wanted:
+            costs.append(features(pb, orders=orders))
+            notes[costs[-1].name] = halo_note if pb.depth != 1 else ()
+        if "redistribute" in wanted:
+            for R_A in _divisors(P):
+                costs += _best_rdm(pb, R_A, profile, memory_per_rank)
+        if "vertex_cut" in wanted:
+            delays = [0] + ([delay, None] if allow_approximate else [])
+            for d in delays:
+                costs.append(vertex_cut(pb, delay=d, rho=rho, orders=orders))
+                notes[costs[-1].name] = rho_note
+        if "edge_cut" in wanted:
+            costs.append(edge_cut(pb, hash_halo(pb.N, pb.E, P) if halo is None else halo, orders=orders))
+            notes[costs[-1].name] = halo_note
+    out = [_evaluate(cst, profile, memory_per_rank, notes.get(cst.name, ())) for cst in costs]
+    return sorted(out, key=lambda cd: (cd.time, cd.memory_bytes, cd.name))
+
+
+def _best_rdm(pb: Problem, R_A: int, profile: Profile, memory_per_rank: float | None) -> list[Cost]:
+    """The fastest RDM configuration for this R_A, and the fastest that fits if that is another."""
+    n = len(pb.layer_widths()) - 1
+    if n <= MAX_ENUMERATED_LAYERS:
+        configs = rdm.configurations(n, memoize=(True, False))
+    else:  # 4^L configurations is too many: CAGNET's order and the narrow one
+        narrow = pb.layers("narrow")
+        configs = [OrderConfig("S" * n, "S" * n),
+                   OrderConfig("".join(ly.fwd for ly in narrow), "".join(ly.bwd for ly in reversed(narrow)))]
+    scored = []
+    for cfg in configs:
+        cst = redistribute(pb, R_A, config=cfg)
+        scored.append((predict_time(cst, profile), WORD_BYTES * cst.memory, cfg.id, cst))
+    scored.sort(key=lambda t: (t[0], t[1], t[2]))
+    best = [scored[0][3]]
+    if memory_per_rank is not None and scored[0][1] > memory_per_rank:
+        fitting = [t for t in scored if t[1] <= memory_per_rank]
+        if fitting:
+            best.append(fitting[0][3])
+    return best
+
+
+def _evaluate(cst: Cost, profile: Profile, memory_per_rank: float | None, notes: tuple[str, ...]) -> Candidate:
+    vals = profile.values()
+    mem = WORD_BYTES * float(cst.memory)
+    return Candidate(cst, float(predict_time(cst, profile)), float(_subs(compute_time(cst), vals)),
+                     float(_subs(comm_time(cst), vals)), mem,
+                     memory_per_rank is None or mem <= memory_per_rank, notes)
+
+
+def choose(problem: Problem, memory_per_rank: float | None = None, **options) -> Choice:
+    """The fastest candidate that fits ``memory_per_rank`` bytes, with the
+    Pareto set and a reason; :class:`NoPlanFits` if none fits. Options are
+    those of :func:`candidates` (strategies, rho, halo, allow_approximate,
+    delay, profile, orders)."""
+    cands = candidates(problem, memory_per_rank=memory_per_rank, **options)
+    if not cands:
+        raise ValueError("no strategy to choose from")
+    front_ids = rdm.pareto({i: (cd.time, cd.memory_bytes) for i, cd in enumerate(cands)})
+    front = tuple(cands[i] for i in front_ids)
+    fitting = [cd for cd in cands if cd.fits]
+    if not fitting:
+        small = min(cands, key=lambda cd: cd.memory_bytes)
+        raise NoPlanFits(
+            f"no plan fits in {fmt_bytes(memory_per_rank)} per rank on P={int(problem.P)} ranks: "
+            f"the smallest, {small.name}, needs {fmt_bytes(small.memory_bytes)} per rank; "
+            f"the fastest, {cands[0].name}, needs {fmt_bytes(cands[0].memory_bytes)}. "
+            f"Use more ranks or more memory per rank.")
+    best = fitting[0]
+    return Choice(best, tuple(cands), front, _reason(best, cands, memory_per_rank), memory_per_rank,
+                  tuple(sorted({n for cd in cands for n in cd.estimates})))
+
+
+def _reason(best: Candidate, cands: Sequence[Candidate], memory_per_rank: float | None) -> str:
+    where = "" if memory_per_rank is None else f" that fits {fmt_bytes(memory_per_rank)} per rank"
+    parts = [f"{best.name} is the fastest plan{where}: {fmt_time(best.time)} per epoch predicted "
+             f"({fmt_time(best.compute)} compute, {fmt_time(best.comm)} communication"
+             f"{', overlapped' if best.cost.overlap else ''}), {fmt_bytes(best.memory_bytes)} per rank"]
+    others = [cd for cd in cands if cd is not best and cd.fits]
+    if others:
+        parts.append(f"runner-up {others[0].name} at {fmt_time(others[0].time)}")
+    too_big = [cd for cd in cands if not cd.fits and cd.time < best.time][:2]
+    if too_big:
+        parts.append("faster but over memory: " + ", ".join(
+            f"{cd.name} ({fmt_time(cd.time)}, needs {fmt_bytes(cd.memory_bytes)})" for cd in too_big))
+    if best.estimates:
+        parts.append("; ".join(best.estimates))
+    return "; ".join(parts)
+
+
+def fmt_bytes(b: float | None) -> str:
+    if b is None:
+        return "unlimited"
+    for unit, k in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+        if b >= k:
+            return f"{b / k:.3g} {unit}"
+    return f"{b:.0f} B"
+
+
+def fmt_time(t: float) -> str:
+    if t >= 1:
+        return f"{t:.3g} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.3g} ms"
+    return f"{t * 1e6:.3g} us"
+
+
+def _fmt_count(x: float) -> str:
+    if x == 0:
+        return "0"
+    e = int(math.floor(math.log10(abs(x)) / 3)) if abs(x) >= 1 else 0
+    e = min(e, 4)
+    return f"{x / 10 ** (3 * e):.3g}{['', 'k', 'M', 'G', 'T'][e]}"
+
+
+def format_table(choice: Choice, limit: int | None = None) -> str:
+    """The candidates, fastest first: * chosen, P on the time/memory Pareto front,
+    ! over memory."""
+    front = {id(cd) for cd in choice.pareto}
+    head = ("", "plan", "time/epoch", "compute", "comm", "words/rank", "msgs/rank", "memory/rank")
+    rows_ = [head]
+    for cd in choice.candidates[:limit]:
+        mark = ("*" if cd is choice.best else "") + ("P" if id(cd) in front else "") + ("" if cd.fits else "!")
+        rows_.append((mark, cd.name, fmt_time(cd.time), fmt_time(cd.compute), fmt_time(cd.comm),
+                      _fmt_count(float(cd.cost.words)), _fmt_count(float(cd.cost.messages)),
+                      fmt_bytes(cd.memory_bytes)))
+    widths = [max(len(r[i]) for r in rows_) for i in range(len(head))]
+    lines = ["  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))).rstrip()
+             for r in rows_]
+    return "\n".join(lines)

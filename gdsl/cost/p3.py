@@ -1,0 +1,71 @@
+"""features: P3's push-pull parallelism (Gandhi & Iyer, OSDI'21, §3.1-3.2),
+full-batch.
+
+The input features are split by columns, F/P per rank (§3.1); the graph
+structure is replicated ("P3 can simply replicate the entire graph
+structure", §3.1). Layer 1 runs model-parallel (layer 1_M, §3.2.2): each rank
+aggregates its F/P feature columns over all N vertices and multiplies by its
+F/P rows of W^1, giving a partial activation of every vertex; the owner of
+each vertex (hash partition) pulls and sums the P partials (step 3: a
+reduce-scatter, (P-1)/P N H words per rank). The rest of the forward and the
+backward down to layer 1_D run data-parallel on the hash partition (a halo
+exchange per SpMM, see ``halo``); at layer 1_D the error gradient is pushed
+to all ranks (step 7: an all-gather, (P-1)/P N H words) and each rank
+finishes the backward of its W^1 rows locally, with no all-reduce for W^1.
+"""
+from __future__ import annotations
+
+from gdsl.cost.build import activation_terms, comm, gemm, graph_terms, param_terms, spmm, spmm_width
+from gdsl.cost.halo import halo_ops, hash_halo
+from gdsl.cost.problem import SPARSE_FIRST, Problem
+from gdsl.cost.rdm import Step
+from gdsl.cost.record import Cost, OpCost
+from gdsl.cost.symbols import Expr
+
+SYMBOLIC = Problem()
+P3 = "P3 §3.2.2"
+
+
+def features(problem: Problem = SYMBOLIC, halo: Expr | None = None, *, orders=None,
+             first: str = SPARSE_FIRST) -> Cost:
+    """``halo``: halo vertices per rank of the hash partition used by the
+    data-parallel layers (default: ``hash_halo``). ``first``: layer 1_M's
+    order, "S" aggregates the F/P feature columns then multiplies (P3's
+    partial activations), "D" multiplies first and aggregates at width H."""
+    pb = problem
+    N, E, P = pb.N, pb.E, pb.P
+    halo = hash_halo(N, E, P) if halo is None else halo
+    layers = pb.layers(orders)
+    l1 = layers[0]
+    a, b = l1.f_in / P, l1.f_out  # this rank's feature columns, hidden width
+    ops: list[OpCost] = []
+    fw = Step("spmm", "forward", 1, a if first == SPARSE_FIRST else b, what="partial A^T H^0_p W^1_p")
+    if first == SPARSE_FIRST:
+        ops += [spmm(fw, E, N, a, P3 + " step 2: aggregate own feature columns over all vertices"),
+                gemm(Step("gemm", "forward", 1, b, what="(A^T H^0_p) W^1_p"), N, a, b)]
+    else:
+        ops += [gemm(Step("gemm", "forward", 1, b, what="H^0_p W^1_p"), N, a, b),
+                spmm(fw, E, N, b, P3 + " step 2, dense first")]
+    ops.append(comm("reduce_scatter", fw, (P - 1) / P * N * b, P - 1,
+                    "owners pull and sum the partial activations of their vertices", P3 + " step 3"))
+    bw = Step("spmm", "backward", 1, b, what="G^1 pushed to all ranks")
+    ops.append(comm("allgather", bw, (P - 1) / P * N * b, P - 1,
+                    "push the error gradient of layer 1_D to every rank", P3 + " step 7"))
+    if first == SPARSE_FIRST:  # Y^1_p = (A^T H^0_p)^T G^1 from the kept aggregate
+        ops.append(gemm(Step("gemm", "backward", 1, b, what="Y^1_p = T_p^T G^1"), N, a, b))
+    else:                      # Y^1_p = H^0_p^T (A G^1)
+        ops += [spmm(Step("spmm", "backward", 1, b, what="A G^1"), E, N, b, P3 + " step 8"),
+                gemm(Step("gemm", "backward", 1, b, what="Y^1_p = H^0_p^T (A G^1)"), N, a, b)]
+    ops += halo_ops(layers, N, E, P, halo, skip=lambda ly: ly.first)
+    rest = layers[1:]
+    mem = graph_terms(E, N) + [
+        ("features", N * a),
+        ("layer 1_M", N * b + (N * a if first == SPARSE_FIRST else 0)),  # partials (then G^1) + kept aggregate
+    ]
+    mem += [(k, v) for k, v in activation_terms(layers, N / P, 0, skip=lambda ly: ly.first)
+            if k != "features"] if rest else []
+    mem += [("layer 1_D", 2 * N / P * b)]
+    mem += param_terms(layers, first_layer_rows=a)
+    mem += [("halo buffer", halo * spmm_width(layers[1:]) if rest else 0)]
+    notes = (f"halo vertices per rank of the data-parallel layers: {halo}",) if rest else ()
+    return Cost("features", (), tuple(ops), tuple(mem), notes=notes)

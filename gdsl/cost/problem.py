@@ -1,0 +1,187 @@
+"""What the cost model is asked about: a GCN-like layer stack on a graph, and
+the order (sparse-first or dense-first, memoised or not) of each layer.
+
+A layer l computes Z^l = A^T H^{l-1} W^l, H^l = sigma(Z^l) (CAGNET §III-C,
+RDM eq. 1-2) with widths f_{l-1} -> f_l. The widths are F, H, ..., H, C for L
+layers. With a symbolic L the stack is summarised by three layer kinds,
+first (F -> H), middle (H -> H, counted L-2 times) and last (H -> C), which
+is exact for L >= 2 whenever a layer's cost does not depend on its
+neighbours' orders (all strategies but ``redistribute``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import sympy
+
+from gdsl.cost import symbols as sy
+from gdsl.cost.symbols import Expr, is_num
+
+SPARSE_FIRST = "S"  # SpMM then GEMM: (A^T H) W          (RDM §III-B)
+DENSE_FIRST = "D"   # GEMM then SpMM: A^T (H W)
+
+
+@dataclass(frozen=True)
+class OrderConfig:
+    """One RDM configuration (RDM §III-B..C, Fig. 4, Table IV).
+
+    ``fwd`` gives the forward order of layers 1..L, ``bwd`` the backward
+    order of layers L..1: the column order of RDM Table IV ("Forward Pass"
+    layer 1, 2 then "Backward Pass" layer 2, 1). ``memoize`` keeps
+    T = A^T H^{l-1} from a sparse-first forward for the backward's
+    Y^l = T^T G^l (RDM Fig. 3, the dotted reuse edges of Fig. 4); one bool
+    for all layers or one per layer 1..L.
+    """
+
+    fwd: str
+    bwd: str
+    memoize: bool | tuple[bool, ...] = True
+
+    def __post_init__(self) -> None:
+        if len(self.fwd) != len(self.bwd) or not self.fwd:
+            raise ValueError(f"order config needs one fwd and one bwd order per layer, got {self.fwd!r}/{self.bwd!r}")
+        if set(self.fwd + self.bwd) - {SPARSE_FIRST, DENSE_FIRST}:
+            raise ValueError(f"orders are 'S' (sparse first) or 'D' (dense first), got {self.fwd!r}/{self.bwd!r}")
+        if isinstance(self.memoize, tuple) and len(self.memoize) != len(self.fwd):
+            raise ValueError("memoize needs one flag per layer")
+
+    @property
+    def layers(self) -> int:
+        return len(self.fwd)
+
+    def fwd_of(self, layer: int) -> str:
+        return self.fwd[layer - 1]
+
+    def bwd_of(self, layer: int) -> str:
+        return self.bwd[self.layers - layer]
+
+    def memoize_of(self, layer: int) -> bool:
+        return self.memoize if isinstance(self.memoize, bool) else self.memoize[layer - 1]
+
+    @property
+    def id(self) -> int:
+        """The configuration's ID in RDM Table IV: the four S/D columns read
+        in the order backward l2, backward l1, forward l1, forward l2 as a
+        binary number with D = 1 (ID 4 = S S S D, ID 10 = D S D S)."""
+        return int((self.bwd + self.fwd).replace("S", "0").replace("D", "1"), 2)
+
+    @classmethod
+    def from_id(cls, ident: int, layers: int = 2, memoize: bool = True) -> "OrderConfig":
+        bits = format(ident, f"0{2 * layers}b").replace("0", "S").replace("1", "D")
+        return cls(fwd=bits[layers:], bwd=bits[:layers], memoize=memoize)
+
+    def __str__(self) -> str:
+        memo = "" if self.memoize is True else f", memoize={self.memoize}"
+        return f"fwd={self.fwd} bwd={self.bwd}{memo}"
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer kind of the stack; ``count`` > 1 only for symbolic L."""
+
+    index: int            # 1-based; with symbolic L the middle kind is 2 and the last is 3
+    f_in: Expr            # f_{l-1}
+    f_out: Expr           # f_l
+    fwd: str = SPARSE_FIRST
+    bwd: str = SPARSE_FIRST
+    memoize: bool = True
+    count: Expr = 1
+    first: bool = False
+    last: bool = False
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Sizes of one training problem, symbols by default, numbers to evaluate.
+
+    ``widths`` overrides F, H, C and L with explicit f_0..f_L.
+    """
+
+    N: Expr = sy.N
+    E: Expr = sy.E
+    F: Expr = sy.F
+    H: Expr = sy.H
+    C: Expr = sy.C
+    L: Expr = sy.L
+    P: Expr = sy.P
+    widths: tuple | None = field(default=None)
+
+    @property
+    def symbolic_depth(self) -> bool:
+        return self.widths is None and not is_num(self.L)
+
+    def layer_widths(self) -> tuple:
+        """f_0..f_L (integer L only)."""
+        if self.widths is not None:
+            return tuple(self.widths)
+        if not is_num(self.L):
+            raise ValueError("explicit layer widths need a numeric L")
+        n = int(self.L)
+        if n < 1:
+            raise ValueError(f"L must be at least 1, got {n}")
+        return (self.F,) + (self.H,) * (n - 1) + (self.C,)
+
+    @property
+    def depth(self) -> Expr:
+        return len(self.widths) - 1 if self.widths is not None else self.L
+
+    def values(self) -> dict:
+        """The numeric sizes as a substitution map for symbolic costs."""
+        out = {}
+        for name in ("N", "E", "F", "H", "C", "L", "P"):
+            v = getattr(self, name)
+            if is_num(v):
+                out[getattr(sy, name)] = v
+        return out
+
+    def layers(self, orders: "str | OrderConfig | Sequence | None" = None) -> tuple[Layer, ...]:
+        """The layer kinds with their orders.
+
+        ``orders``: None or "sparse_first" (CAGNET's algorithms: SpMM first
+        both ways, memoised), "narrow" (per layer, run the SpMM on the
+        narrower of f_{l-1}, f_l: RDM §IV-A-1 "if f_l < f_{l-1} the GEMM-first
+        strategy leads to fewer operations in SpMM and lower communication"),
+        or an :class:`OrderConfig` (integer L only).
+        """
+        if self.symbolic_depth:
+            kinds = [(1, self.F, self.H, 1, True, False),
+                     (2, self.H, self.H, self.L - 2, False, False),
+                     (3, self.H, self.C, 1, False, True)]
+        else:
+            w = self.layer_widths()
+            n = len(w) - 1
+            kinds = [(i, w[i - 1], w[i], 1, i == 1, i == n) for i in range(1, n + 1)]
+        if isinstance(orders, OrderConfig):
+            if self.symbolic_depth:
+                raise ValueError("an explicit order config needs a numeric L (or explicit widths)")
+            if orders.layers != len(kinds):
+                raise ValueError(f"order config {orders} has {orders.layers} layers, the problem {len(kinds)}")
+            return tuple(Layer(i, a, b, orders.fwd_of(i), orders.bwd_of(i), orders.memoize_of(i), cnt, fi, la)
+                         for (i, a, b, cnt, fi, la) in kinds)
+        if orders in (None, "sparse_first"):
+            return tuple(Layer(i, a, b, SPARSE_FIRST, SPARSE_FIRST, True, cnt, fi, la)
+                         for (i, a, b, cnt, fi, la) in kinds)
+        if orders == "narrow":
+            out = []
+            for (i, a, b, cnt, fi, la) in kinds:
+                shrinks = _less(b, a)
+                fwd = DENSE_FIRST if shrinks else SPARSE_FIRST
+                if fi:
+                    # No gradient for the input features: with T = A^T H^0 kept
+                    # from a sparse-first forward, Y^1 = T^T G^1 needs no SpMM.
+                    bwd = DENSE_FIRST if fwd == SPARSE_FIRST else SPARSE_FIRST
+                else:
+                    bwd = DENSE_FIRST if _less(a, b) else SPARSE_FIRST
+                out.append(Layer(i, a, b, fwd, bwd, True, cnt, fi, la))
+            return tuple(out)
+        raise ValueError(f"unknown orders {orders!r}: use None, 'sparse_first', 'narrow' or an OrderConfig")
+
+
+def _less(a: Expr, b: Expr) -> bool:
+    if is_num(a) and is_num(b):
+        return float(a) < float(b)
+    rel = sympy.simplify(a - b)
+    if rel == 0:
+        return False
+    raise ValueError(f"order 'narrow' cannot compare the symbolic widths {a} and {b}; give numbers")
