@@ -12,7 +12,16 @@ from gdsl.graph.graph import Graph
 from gdsl.ir.printer import print_module
 from gdsl.runtime.binding import bind_dims
 
-BACKENDS = ("reference",)
+BACKENDS = ("reference", "numba")
+
+
+def default_backend(target: str | None = None) -> str:
+    """The backend a program runs on when none is named: `schedule { target =
+    cpu }` picks numba; otherwise the reference backend (numba becomes the
+    CPU default once its kernels are measured ahead of the peers, bench/)."""
+    if target == "gpu":
+        raise GdslError("schedule target = gpu: the GPU (Triton) backend is not built yet")
+    return "numba" if target == "cpu" else "reference"
 
 
 class Program:
@@ -32,6 +41,10 @@ class Program:
         return self.compiled.checked.train
 
     @property
+    def default_backend(self) -> str:
+        return default_backend(self.compiled.checked.schedule.get("target"))
+
+    @property
     def ir(self) -> str:
         return print_module(self.compiled.module)
 
@@ -40,11 +53,19 @@ class Program:
         dims = bind_dims(self.compiled.checked, graph)
         return compile_source(self.source, self.file, dims=dims, overrides=self.overrides, train=self.train_name)
 
-    def module(self, graph: Graph, backend: str = "reference") -> nn.Module:
-        """The program bound to `graph` as a `torch.nn.Module` on `backend`."""
+    def module(self, graph: Graph, backend: str | None = None) -> nn.Module:
+        """The program bound to `graph` as a `torch.nn.Module` on `backend`
+        (default: the schedule's target, else numba when installed)."""
+        backend = backend or self.default_backend
         if backend not in BACKENDS:
             raise GdslError(f"unknown backend '{backend}' (available: {', '.join(BACKENDS)})")
         bound = self.bind(graph)
+        if backend == "numba":
+            try:
+                from gdsl.backends.numba.module import NumbaModule
+            except ImportError as e:
+                raise GdslError(f"backend 'numba' needs the numba package ({e}); pip install 'gdsl[numba]'") from None
+            return NumbaModule(bound.module, graph)
         from gdsl.backends.reference import ReferenceModule
         return ReferenceModule(bound.module, graph)
 

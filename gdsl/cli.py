@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compile", help="check a program and print its AST or IR")
     common(c)
-    c.add_argument("--emit", choices=STAGES, help="what to print (default: ir-opt, or nothing when "
+    c.add_argument("--emit", choices=STAGES + ("numba",), help="what to print (default: ir-opt, or nothing when "
                    "--print-ir-after* or --dump-dir is given)")
     c.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass")
     c.add_argument("--print-ir-after", metavar="PASS", action="append", default=[], help="print the IR after PASS")
@@ -44,7 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     common(r)
     r.add_argument("--epochs", type=int, help="override the train block's epochs")
     r.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    r.add_argument("--backend", default="reference", help="execution backend (default: reference)")
+    r.add_argument("--backend", choices=("reference", "numba"),
+                   help="execution backend (default: numba if the schedule says target = cpu, else reference)")
     r.add_argument("--json", metavar="FILE", help="write per-epoch and final metrics to FILE")
     r.add_argument("--split", type=int, default=0, help="which split of a multi-split dataset (default 0)")
     r.add_argument("--log-every", type=int, help="print every K epochs when not on a terminal")
@@ -128,6 +129,12 @@ def cmd_compile(args, parser) -> int:
         print(lowered[0], end="")
     elif emit == "ir-opt":
         print(print_module(compiled.module, args.print_loc), end="")
+    elif emit == "numba":
+        try:
+            from gdsl.backends.numba.module import module_kernel_sources
+        except ImportError as e:
+            raise GdslError(f"--emit numba needs the numba package ({e}); pip install 'gdsl[numba]'") from None
+        print(module_kernel_sources(compiled.module), end="")
     return 0
 
 
@@ -144,6 +151,7 @@ def cmd_run(args, parser) -> int:
         raise GdslError(f"{args.program}: the program has no train block; `gdsl run` needs one")
     data = resolve_data(args.data)
     graph = load_graph(data, split=args.split)
+    args.backend = args.backend or prog.default_backend
     epochs = args.epochs or cfg.epochs
     print(f"gdsl run {args.program}: train '{cfg.name}', model {cfg.model}, data {data} "
           f"(N={graph.num_nodes}, E={graph.num_edges}), backend {args.backend}, seed {args.seed}, {epochs} epochs",

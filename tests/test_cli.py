@@ -89,9 +89,16 @@ def test_run_minibatch_block_warns_and_trains_full_batch():
     assert "full-batch" in err
 
 
-def test_run_unknown_backend_is_a_clear_error():
+def test_run_unknown_backend_is_a_usage_error():
     code, _, err = run_gdsl(["run", GCN, "--epochs", "1", "--backend", "cuda"])
-    assert code == 1 and "unknown backend 'cuda'" in err
+    assert code == 2 and "invalid choice: 'cuda'" in err
+
+
+def test_api_unknown_backend_is_a_clear_error():
+    import gdsl
+
+    with pytest.raises(gdsl.GdslError, match="unknown backend 'cuda'"):
+        gdsl.compile(GCN).module(random_graph(), backend="cuda")
 
 
 def test_run_program_without_train_block(tmp_path):

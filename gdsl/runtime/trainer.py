@@ -65,7 +65,7 @@ def accuracy(out: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None)
     return float((pred == labels).float().mean())
 
 
-def train(program, graph: Graph, *, backend: str = "reference", epochs: int | None = None, seed: int = 0,
+def train(program, graph: Graph, *, backend: str | None = None, epochs: int | None = None, seed: int = 0,
           on_epoch: Callable[[EpochStats], None] | None = None) -> TrainResult:
     """Train `program` (a `gdsl.Program`) full-batch on `graph`; returns per-epoch stats.
 

@@ -1,0 +1,26 @@
+"""The Numba CPU backend's fused graph ops.
+
+Each op is specialised Numba source generated per signature (message op,
+reduction, broadcast kind are constants of the text; ``kernel_source`` prints
+it), parallel over destination rows of a CSR in degree-balanced chunks, with
+int32 indices where they fit, compiled once per signature and cached on disk
+(``cache=True``; compile seconds are in ``COMPILE_TIMES``, apart from run
+time).  Each op is a torch.autograd.Function whose backward computes only the
+gradients asked for.
+
+    g = CSRGraph.build(src, dst, num_nodes)
+    aggregate(g, x, w, msg, reduce, to="dst")
+    sddmm(g, a, b, op)
+    edge_softmax(g, s)
+    gat_aggregate(g, el, er, z, slope)
+"""
+from gdsl.backends.numba.codegen import (  # noqa: F401
+    COMPILE_FROM_CACHE, COMPILE_TIMES, cache_dir, compile_report, kernel_source,
+)
+from gdsl.backends.numba.graph import CSRGraph  # noqa: F401
+from gdsl.backends.numba.ops import (  # noqa: F401
+    aggregate, edge_softmax, gat_aggregate, sddmm, set_cache_blocking,
+)
+
+__all__ = ["CSRGraph", "aggregate", "sddmm", "edge_softmax", "gat_aggregate", "kernel_source",
+           "COMPILE_TIMES", "COMPILE_FROM_CACHE", "compile_report", "cache_dir", "set_cache_blocking"]

@@ -1,0 +1,157 @@
+"""CSR structures for the Numba kernels, built once per graph."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+# A chunk is one unit of parallel work: contiguous rows whose summed cost
+# (in-degree + 1 for the row's own write) is about total / nchunks.  Many
+# more chunks than threads, so that equal-cost chunks handed out to threads
+# balance even on power-law graphs (one huge row is still one chunk: a row is
+# never split, as its owner thread is the only writer of its output).
+CHUNKS_PER_THREAD = 16
+MIN_CHUNK_WORK = 256
+_I32_MAX = 2**31 - 1
+
+
+def _num_threads() -> int:
+    try:
+        import numba
+        return max(1, numba.get_num_threads())
+    except Exception:  # pragma: no cover
+        return max(1, os.cpu_count() or 1)
+
+
+def balanced_chunks(counts: np.ndarray, nthreads: int | None = None,
+                    per_thread: int = CHUNKS_PER_THREAD, min_work: int = MIN_CHUNK_WORK) -> np.ndarray:
+    """Row boundaries [0, ..., n] of degree-balanced chunks (int64)."""
+    n = counts.shape[0]
+    if n == 0:
+        return np.zeros(1, np.int64)
+    nthreads = nthreads or _num_threads()
+    cum = np.cumsum(counts.astype(np.int64) + 1)
+    total = int(cum[-1])
+    nchunks = int(max(1, min(n, per_thread * nthreads, total // max(1, min_work))))
+    targets = (np.arange(1, nchunks, dtype=np.float64) * (total / nchunks))
+    cuts = np.searchsorted(cum, targets, side="left") + 1
+    bounds = np.unique(np.concatenate([[0], np.clip(cuts, 0, n), [n]])).astype(np.int64)
+    return bounds
+
+
+@dataclass
+class CSR:
+    """One direction of the graph. Row r's slots are indptr[r]:indptr[r+1];
+    indices[j] is the other endpoint, eid[j] the edge id; within a row, slots
+    are sorted by the other endpoint (needed by cache blocking)."""
+    nrows: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    eid: np.ndarray
+    chunks: np.ndarray
+    row_of_edge: torch.Tensor  # [E] int64: the row each edge belongs to
+    col_of_edge: torch.Tensor  # [E] int64: the other endpoint
+    degree: torch.Tensor       # [nrows] int64
+    _blocked: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    def blocked(self, block: int) -> np.ndarray:
+        """bptr[b, r]: first slot of row r whose endpoint is in source block b
+        (blocks of `block` vertices); bptr[nb, r] = indptr[r + 1]."""
+        bp = self._blocked.get(block)
+        if bp is not None:
+            return bp
+        n = self.nrows
+        ncols = int(self.col_of_edge.max()) + 1 if self.num_edges else 1
+        nb = max(1, -(-ncols // block))
+        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.indptr.astype(np.int64)))
+        blk = self.indices.astype(np.int64) // block
+        cnt = np.bincount(rows * nb + blk, minlength=n * nb).reshape(n, nb)
+        bp = np.empty((nb + 1, n), dtype=self.indptr.dtype)
+        bp[0] = self.indptr[:-1]
+        bp[1:] = (self.indptr[:-1].astype(np.int64)[None, :] + np.cumsum(cnt.T, axis=0)).astype(self.indptr.dtype)
+        self._blocked[block] = bp
+        return bp
+
+
+def _build_csr(rows: np.ndarray, cols: np.ndarray, n: int, idx_dt, ptr_dt,
+               nthreads: int | None) -> CSR:
+    order = np.lexsort((cols, rows)) if rows.size else np.zeros(0, np.int64)
+    counts = np.bincount(rows, minlength=n) if rows.size else np.zeros(n, np.int64)
+    indptr = np.zeros(n + 1, dtype=ptr_dt)
+    np.cumsum(counts, out=indptr[1:])
+    return CSR(
+        nrows=n,
+        indptr=indptr,
+        indices=np.ascontiguousarray(cols[order].astype(idx_dt)),
+        eid=np.ascontiguousarray(order.astype(idx_dt)),
+        chunks=balanced_chunks(counts, nthreads),
+        row_of_edge=torch.from_numpy(rows.astype(np.int64)),
+        col_of_edge=torch.from_numpy(cols.astype(np.int64)),
+        degree=torch.from_numpy(counts.astype(np.int64)),
+    )
+
+
+class CSRGraph:
+    """A graph as the Numba kernels see it: the in-CSR (rows = destinations,
+    indices = sources; aggregation to dst, and the backward of to=src) and
+    the out-CSR (rows = sources; to=src, and the backward of to=dst), with
+    int32 indices when they fit and degree-balanced row chunks."""
+
+    def __init__(self, num_nodes: int, src: torch.Tensor, dst: torch.Tensor, in_csr: CSR, out_csr: CSR) -> None:
+        self.num_nodes = num_nodes
+        self.src = src
+        self.dst = dst
+        self.in_csr = in_csr
+        self.out_csr = out_csr
+        self.index_dtype = in_csr.indices.dtype
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.src.shape[0])
+
+    @staticmethod
+    def build(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, index_dtype=None,
+              nthreads: int | None = None) -> "CSRGraph":
+        """src, dst: [E] integer tensors of edge endpoints (edge id = position).
+        index_dtype: force np.int32 / np.int64 (default: int32 when N and E fit)."""
+        src = torch.as_tensor(src).reshape(-1).to(torch.int64)
+        dst = torch.as_tensor(dst).reshape(-1).to(torch.int64)
+        if src.shape != dst.shape:
+            raise ValueError(f"src and dst differ in length ({src.numel()} vs {dst.numel()})")
+        n = int(num_nodes)
+        if src.numel():
+            lo = min(int(src.min()), int(dst.min()))
+            hi = max(int(src.max()), int(dst.max()))
+            if lo < 0 or hi >= n:
+                raise ValueError(f"edge endpoint out of range [0, {n}): saw {lo}..{hi}")
+        e = int(src.numel())
+        if index_dtype is None:
+            fits = max(n, e) < _I32_MAX
+            idx_dt = np.int32 if fits else np.int64
+        else:
+            idx_dt = np.dtype(index_dtype).type
+        ptr_dt = np.int32 if (idx_dt == np.int32 and e < _I32_MAX) else np.int64
+        s, d = src.numpy(), dst.numpy()
+        return CSRGraph(n, src, dst,
+                        _build_csr(d, s, n, idx_dt, ptr_dt, nthreads),
+                        _build_csr(s, d, n, idx_dt, ptr_dt, nthreads))
+
+    def csr(self, to: str) -> CSR:
+        if to == "dst":
+            return self.in_csr
+        if to == "src":
+            return self.out_csr
+        raise ValueError(f"to must be 'dst' or 'src', got {to!r}")
+
+    def reverse_of(self, to: str) -> CSR:
+        return self.out_csr if to == "dst" else self.in_csr
+
+    def __repr__(self) -> str:
+        return (f"CSRGraph(N={self.num_nodes}, E={self.num_edges}, index={np.dtype(self.index_dtype).name}, "
+                f"chunks={self.in_csr.chunks.shape[0] - 1})")

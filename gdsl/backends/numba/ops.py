@@ -1,0 +1,497 @@
+"""The fused graph ops as torch.autograd.Functions over generated Numba kernels.
+
+Public functions (plain torch tensors in and out, independent of the IR):
+aggregate, sddmm, edge_softmax, gat_aggregate.  Data is computed in float32
+(accumulating in float32) or float64 (used by gradcheck), dispatched on the
+inputs' dtype.  Backward passes compute only the gradients that
+ctx.needs_input_grad asks for.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch.autograd.function import once_differentiable
+
+from gdsl.backends.numba import codegen
+from gdsl.backends.numba.codegen import BINARY, MSGS, SDDMM_OPS, get_kernel
+from gdsl.backends.numba.graph import CSR, CSRGraph
+
+_FLOATS = (torch.float32, torch.float64)
+_NP = {torch.float32: np.float32, torch.float64: np.float64}
+_DUMMY: dict = {}
+
+# --------------------------------------------------------------------------
+# cache blocking (DistGNN Alg. 2)
+# --------------------------------------------------------------------------
+# Measured on this project's 2-core AMD EPYC (L2 1 MiB/core, L3 32 MiB
+# shared), N = 100k, E = 2M uniform random edges, F = 128 float32
+# (x = 51 MB, larger than L3), copy_src-sum / mul-sum forward, median of 5:
+#   see CACHE_BLOCKING_NOTE below for the numbers and the verdict.
+CACHE_BLOCKING = "off"   # "off" | "auto" | "on"; see set_cache_blocking
+_BLOCK_OVERRIDE: int | None = None
+CACHE_BLOCKING_NOTE = "(filled in by measurement)"
+
+
+def set_cache_blocking(mode: str, block: int | None = None) -> None:
+    """mode "off": never block; "on": always block (with `block` source
+    vertices per block, or the size from the cache model); "auto": block when
+    the model says the gathered features do not fit in cache."""
+    global CACHE_BLOCKING, _BLOCK_OVERRIDE
+    if mode not in ("off", "auto", "on"):
+        raise ValueError(f"cache blocking mode must be off, auto or on, got {mode!r}")
+    CACHE_BLOCKING, _BLOCK_OVERRIDE = mode, block
+
+
+def _cache_bytes() -> int:
+    """Size of the last-level cache (the block of x is shared by all threads)."""
+    best = 0
+    try:
+        import glob
+        for d in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*"):
+            with open(d + "/type") as f:
+                if f.read().strip() == "Instruction":
+                    continue
+            with open(d + "/size") as f:
+                s = f.read().strip()
+            mult = {"K": 1024, "M": 1024**2, "G": 1024**3}.get(s[-1], 1)
+            best = max(best, int(s.rstrip("KMG")) * mult)
+    except OSError:
+        pass
+    return best or 8 * 1024**2
+
+
+def block_size_for(csr: CSR, row_bytes: int) -> int | None:
+    """Source vertices per block such that the active rows of one block of x
+    take about half the last-level cache; None when x fits anyway."""
+    if _BLOCK_OVERRIDE is not None:
+        return _BLOCK_OVERRIDE
+    n_src = int(csr.col_of_edge.max()) + 1 if csr.num_edges else 0
+    if n_src == 0:
+        return None
+    active = max(1e-9, float(torch.unique(csr.col_of_edge).numel()) / n_src) if csr.num_edges < 50_000_000 else 1.0
+    budget = _cache_bytes() // 2
+    block = int(budget / (row_bytes * active))
+    if block >= n_src:
+        return None
+    return max(block, 1)
+
+
+# --------------------------------------------------------------------------
+# raw kernel launchers (no autograd)
+# --------------------------------------------------------------------------
+
+def _dummy(dt) -> np.ndarray:
+    a = _DUMMY.get(dt)
+    if a is None:
+        a = _DUMMY[dt] = np.zeros((1, 1), dtype=dt)
+    return a
+
+
+def _data_dtype(*ts) -> torch.dtype:
+    dt = None
+    for t in ts:
+        if t is None:
+            continue
+        dt = t.dtype if dt is None else torch.promote_types(dt, t.dtype)
+    return dt if dt in _FLOATS else torch.float32
+
+
+def _mat(t: torch.Tensor, dt: torch.dtype, rows: int, cols: int) -> torch.Tensor:
+    return t.detach().to(dt).reshape(rows, cols).contiguous()
+
+
+def agg_raw(csr: CSR, x2: torch.Tensor | None, w2: torch.Tensor | None, msg: str, reduce: str,
+            bcast: str, H: int, D: int, dt: torch.dtype, mean: bool = False):
+    """out [nrows, H*D] (and arg [nrows, H*D] edge ids for max/min) of one
+    aggregation over `csr`; x2 [N, H*D], w2 [E, H] (bcast "w") or [E, H*D]."""
+    F = H * D
+    npdt = _NP[dt]
+    out = torch.empty((csr.nrows, F), dtype=dt)
+    maxmin = reduce in ("max", "min")
+    arg = torch.empty((csr.nrows, F), dtype=torch.from_numpy(csr.eid[:0]).dtype) if maxmin else None
+    xa = x2.numpy() if x2 is not None else _dummy(npdt)
+    wa = w2.numpy() if w2 is not None else _dummy(npdt)
+    argn = arg.numpy() if maxmin else _dummy(csr.eid.dtype)
+    if msg not in BINARY:
+        bcast = "none"
+    block = None
+    if (not maxmin and msg in ("copy_src", "mul") and CACHE_BLOCKING != "off"
+            and csr.num_edges > 0 and csr.nrows > 0):
+        block = block_size_for(csr, F * np.dtype(npdt).itemsize)
+        if CACHE_BLOCKING == "on" and block is None:
+            block = max(1, csr.nrows)
+    if block is not None:
+        k = get_kernel("aggregate", msg=msg, reduce="sum", bcast=bcast, blocked=True)
+        k(csr.chunks, csr.blocked(block), csr.indices, csr.eid, xa, wa, out.numpy(), argn, H, D, mean)
+    else:
+        k = get_kernel("aggregate", msg=msg, reduce=reduce, bcast=bcast)
+        k(csr.chunks, csr.indptr, csr.indices, csr.eid, xa, wa, out.numpy(), argn, H, D, mean)
+    return out, arg
+
+
+def sddmm_raw(g: CSRGraph, a2: torch.Tensor, b2: torch.Tensor, op: str, P: int, K: int,
+              dt: torch.dtype) -> torch.Tensor:
+    """[E, P] (dot over K) or [E, P*K] (elementwise) from a2, b2 [N, P*K]."""
+    csr = g.in_csr
+    out = torch.empty((g.num_edges, P if op == "dot" else P * K), dtype=dt)
+    k = get_kernel("sddmm", op=op)
+    k(csr.chunks, csr.indptr, csr.indices, csr.eid, a2.numpy(), b2.numpy(), out.numpy(), P, K, _NP[dt](0))
+    return out
+
+
+# --------------------------------------------------------------------------
+# aggregate
+# --------------------------------------------------------------------------
+
+def _classify(g: CSRGraph, x, w, msg: str):
+    """(bcast, H, D, feature shape) of one aggregate call."""
+    N, E = g.num_nodes, g.num_edges
+    if x is not None and x.shape[0] != N:
+        raise ValueError(f"x has {x.shape[0]} rows, the graph {N} vertices")
+    if w is not None and w.shape[0] != E:
+        raise ValueError(f"w has {w.shape[0]} rows, the graph {E} edges")
+    if msg == "copy_src":
+        if x is None:
+            raise ValueError("copy_src needs x")
+        fs = tuple(x.shape[1:])
+        return "none", 1, math.prod(fs), fs
+    if msg == "copy_edge":
+        if w is None:
+            raise ValueError("copy_edge needs w")
+        fs = tuple(w.shape[1:])
+        return "none", 1, math.prod(fs), fs
+    if x is None or w is None:
+        raise ValueError(f"message {msg} needs both x and w")
+    fs, wf = tuple(x.shape[1:]), tuple(w.shape[1:])
+    if wf == fs:
+        return "none", 1, math.prod(fs), fs
+    ws = wf
+    while ws and ws[-1] == 1:
+        ws = ws[:-1]
+    if fs[:len(ws)] == ws:
+        return "w", math.prod(ws), math.prod(fs[len(ws):]), fs
+    raise ValueError(f"edge data of shape {tuple(w.shape)} does not broadcast against vertex data "
+                     f"{tuple(x.shape)} (expected [E], [E, *leading feature axes] or [E, *features])")
+
+
+class _AggregateFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, g, x, w, msg, reduce, to, info):
+        bcast, H, D, fs = info
+        dt = _data_dtype(x, w)
+        F, N, E = H * D, g.num_nodes, g.num_edges
+        csr = g.csr(to)
+        x2 = _mat(x, dt, N, F) if msg != "copy_edge" else None
+        w2 = _mat(w, dt, E, H if bcast == "w" else F) if msg != "copy_src" else None
+        base = "sum" if reduce == "mean" else reduce
+        out, arg = agg_raw(csr, x2, w2, msg, base, bcast, H, D, dt, mean=reduce == "mean")
+        ctx.g, ctx.msg, ctx.reduce, ctx.to, ctx.info, ctx.dt = g, msg, reduce, to, info, dt
+        ctx.arg = arg
+        ctx.save_for_backward(x, w)
+        return out.reshape((csr.nrows,) + fs)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        need_x, need_w = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        if not (need_x or need_w):
+            return None, None, None, None, None, None, None
+        x, w = ctx.saved_tensors
+        g, msg, reduce, to, dt = ctx.g, ctx.msg, ctx.reduce, ctx.to, ctx.dt
+        bcast, H, D, fs = ctx.info
+        F, N, E = H * D, g.num_nodes, g.num_edges
+        csr = g.csr(to)
+        Wf = H if bcast == "w" else F
+        x2 = _mat(x, dt, N, F) if x is not None else None
+        w2 = _mat(w, dt, E, Wf) if w is not None else None
+        G = _mat(grad, dt, csr.nrows, F)
+        dx = dw = None
+        if reduce in ("max", "min"):
+            dx, dw = _maxmin_backward(ctx.arg, csr, G, x2, w2, msg, bcast, H, D, need_x, need_w, dt)
+        else:
+            if reduce == "mean":
+                G = G / csr.degree.clamp(min=1).to(dt).unsqueeze(1)
+            if need_x and msg != "copy_edge":
+                rev = g.reverse_of(to)
+                if msg in ("mul", "div"):
+                    dx, _ = agg_raw(rev, G, w2, msg, "sum", bcast, H, D, dt)
+                else:  # copy_src, add, sub: d msg / d x = 1
+                    dx, _ = agg_raw(rev, G, None, "copy_src", "sum", "none", 1, F, dt)
+            if need_w and msg != "copy_src":
+                if msg in ("copy_edge", "add", "sub"):
+                    Gr = G.view(csr.nrows, H, D).sum(-1) if bcast == "w" else G
+                    dw = Gr.index_select(0, csr.row_of_edge)
+                    if msg == "sub":
+                        dw = dw.neg_()
+                else:  # mul, div: x[col] (.) G[row], as sddmm over (src, dst)
+                    a, b = (x2, G) if to == "dst" else (G, x2)
+                    if bcast == "w":
+                        dw = sddmm_raw(g, a, b, "dot", H, D, dt)
+                    else:
+                        dw = sddmm_raw(g, a, b, "mul", 1, F, dt)
+                    if msg == "div":
+                        dw = dw.div_(w2 * w2).neg_()
+        if dx is not None:
+            dx = dx.reshape(x.shape).to(x.dtype)
+        if dw is not None:
+            dw = dw.reshape(w.shape).to(w.dtype)
+        return None, dx, dw, None, None, None, None
+
+
+def _maxmin_backward(arg, csr: CSR, G, x2, w2, msg, bcast, H, D, need_x, need_w, dt):
+    """The gradient goes to the one edge that won each output element
+    (arg holds its edge id, -1 for rows without edges)."""
+    F = H * D
+    a = arg.reshape(-1)
+    pos = (a >= 0).nonzero().squeeze(1)
+    e = a.index_select(0, pos).to(torch.int64)
+    k = pos % F
+    gv = G.reshape(-1).index_select(0, pos)
+    xi = csr.col_of_edge.index_select(0, e) * F + k if x2 is not None else None
+    wi = (e * H + torch.div(k, D, rounding_mode="floor")) if bcast == "w" else e * F + k
+    xv = x2.reshape(-1).index_select(0, xi) if (x2 is not None and msg in ("mul", "div")) else None
+    wv = w2.reshape(-1).index_select(0, wi) if (w2 is not None and msg in ("mul", "div")) else None
+    dx = dw = None
+    if need_x and msg != "copy_edge":
+        v = gv if msg in ("copy_src", "add", "sub") else (gv * wv if msg == "mul" else gv / wv)
+        dx = torch.zeros(x2.numel(), dtype=dt).index_add_(0, xi, v)
+    if need_w and msg != "copy_src":
+        if msg in ("copy_edge", "add"):
+            v = gv
+        elif msg == "sub":
+            v = -gv
+        elif msg == "mul":
+            v = gv * xv
+        else:
+            v = -gv * xv / (wv * wv)
+        dw = torch.zeros(w2.numel(), dtype=dt).index_add_(0, wi, v)
+    return dx, dw
+
+
+def aggregate(g: CSRGraph, x: torch.Tensor | None, w: torch.Tensor | None, msg: str, reduce: str,
+              to: str = "dst") -> torch.Tensor:
+    """out[v] = REDUCE over the edges e = (u -> v) of MSG(x[u], w[e]) (to="dst"),
+    or over the out-edges of u with x read at the destination (to="src").
+
+    msg: copy_src (x only), copy_edge (w only), add, sub, mul, div (x[.] OP w[e]);
+    reduce: sum, max, min (and mean = sum / in-degree).  x: [N, *fs]; w: [E]
+    (one scalar per edge), [E, H] with x [N, H, D] (per-head, broadcast over
+    the trailing axes), or [E, *fs].  Rows without edges are 0."""
+    if msg not in MSGS:
+        raise ValueError(f"unknown message op {msg!r} (one of {MSGS})")
+    if reduce not in ("sum", "max", "min", "mean"):
+        raise ValueError(f"unknown reduction {reduce!r} (sum, max, min, mean)")
+    g.csr(to)
+    info = _classify(g, x, w, msg)
+    if msg == "copy_src":
+        w = None
+    elif msg == "copy_edge":
+        x = None
+    return _AggregateFn.apply(g, x, w, msg, reduce, to, info)
+
+
+# --------------------------------------------------------------------------
+# sddmm
+# --------------------------------------------------------------------------
+
+class _SddmmFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, g, a, b, op):
+        dt = _data_dtype(a, b)
+        N, E = g.num_nodes, g.num_edges
+        fs = tuple(a.shape[1:])
+        if op == "dot":
+            P, K, ofs = math.prod(fs[:-1]), fs[-1], fs[:-1]
+        else:
+            P, K, ofs = 1, math.prod(fs), fs
+        a2, b2 = _mat(a, dt, N, P * K), _mat(b, dt, N, P * K)
+        out = sddmm_raw(g, a2, b2, op, P, K, dt)
+        ctx.g, ctx.op, ctx.PK, ctx.dt = g, op, (P, K), dt
+        ctx.save_for_backward(a, b)
+        return out.reshape((E,) + ofs)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        need_a, need_b = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        if not (need_a or need_b):
+            return None, None, None, None
+        a, b = ctx.saved_tensors
+        g, op, (P, K), dt = ctx.g, ctx.op, ctx.PK, ctx.dt
+        N, E, F = g.num_nodes, g.num_edges, P * K
+        a2, b2 = _mat(a, dt, N, F), _mat(b, dt, N, F)
+        da = db = None
+        if op == "dot":
+            G = _mat(grad, dt, E, P)
+            if need_a:   # da[u, p, :] = sum over out-edges of g[e, p] * b[v, p, :]
+                da, _ = agg_raw(g.out_csr, b2, G, "mul", "sum", "w", P, K, dt)
+            if need_b:
+                db, _ = agg_raw(g.in_csr, a2, G, "mul", "sum", "w", P, K, dt)
+        else:
+            G = _mat(grad, dt, E, F)
+            if op in ("add", "sub"):
+                if need_a:
+                    da, _ = agg_raw(g.out_csr, None, G, "copy_edge", "sum", "none", 1, F, dt)
+                if need_b:
+                    db, _ = agg_raw(g.in_csr, None, G, "copy_edge", "sum", "none", 1, F, dt)
+                    if op == "sub":
+                        db = db.neg_()
+            elif op == "mul":
+                if need_a:
+                    da, _ = agg_raw(g.out_csr, b2, G, "mul", "sum", "none", 1, F, dt)
+                if need_b:
+                    db, _ = agg_raw(g.in_csr, a2, G, "mul", "sum", "none", 1, F, dt)
+            else:  # div: a[u] / b[v]
+                if need_a:
+                    da, _ = agg_raw(g.out_csr, (1 / b2).contiguous(), G, "mul", "sum", "none", 1, F, dt)
+                if need_b:
+                    db, _ = agg_raw(g.in_csr, a2, G, "mul", "sum", "none", 1, F, dt)
+                    db = db.div_(b2 * b2).neg_()
+        if da is not None:
+            da = da.reshape(a.shape).to(a.dtype)
+        if db is not None:
+            db = db.reshape(b.shape).to(b.dtype)
+        return None, da, db, None
+
+
+def sddmm(g: CSRGraph, a: torch.Tensor, b: torch.Tensor, op: str) -> torch.Tensor:
+    """Per edge e = (u -> v): dot: sum over the last axis of a[u] * b[v]
+    (a, b: [N, *p, k] -> [E, *p]); add, sub, mul, div: a[u] OP b[v]
+    (a, b: [N, *fs] -> [E, *fs])."""
+    if op not in SDDMM_OPS:
+        raise ValueError(f"unknown sddmm op {op!r} (one of {SDDMM_OPS})")
+    if a.shape != b.shape:
+        raise ValueError(f"sddmm operands differ in shape: {tuple(a.shape)} vs {tuple(b.shape)}")
+    if a.shape[0] != g.num_nodes:
+        raise ValueError(f"sddmm operands have {a.shape[0]} rows, the graph {g.num_nodes} vertices")
+    if op == "dot" and a.dim() < 2:
+        raise ValueError("sddmm dot needs a feature axis to sum over")
+    return _SddmmFn.apply(g, a, b, op)
+
+
+# --------------------------------------------------------------------------
+# edge softmax
+# --------------------------------------------------------------------------
+
+class _EdgeSoftmaxFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, g, s):
+        dt = _data_dtype(s)
+        N, E = g.num_nodes, g.num_edges
+        K = math.prod(s.shape[1:])
+        s2 = _mat(s, dt, E, K)
+        y = torch.empty((E, K), dtype=dt)
+        mx = torch.empty((N, K), dtype=dt)
+        den = torch.empty((N, K), dtype=dt)
+        csr = g.in_csr
+        get_kernel("edge_softmax", fn="edge_softmax_fwd")(
+            csr.chunks, csr.indptr, csr.eid, s2.numpy(), y.numpy(), mx.numpy(), den.numpy(), K)
+        ctx.g, ctx.K, ctx.dt = g, K, dt
+        out = y.reshape(s.shape)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        if not ctx.needs_input_grad[1]:
+            return None, None
+        (y,) = ctx.saved_tensors
+        g, K, dt = ctx.g, ctx.K, ctx.dt
+        N, E = g.num_nodes, g.num_edges
+        G = _mat(grad, dt, E, K)
+        y2 = _mat(y, dt, E, K)
+        ds = torch.empty((E, K), dtype=dt)
+        acc = torch.empty((N, K), dtype=dt)
+        csr = g.in_csr
+        get_kernel("edge_softmax", fn="edge_softmax_bwd")(
+            csr.chunks, csr.indptr, csr.eid, y2.numpy(), G.numpy(), ds.numpy(), acc.numpy(), K)
+        return None, ds.reshape(y.shape)
+
+
+def edge_softmax(g: CSRGraph, s: torch.Tensor) -> torch.Tensor:
+    """s: [E, *hs]; softmax over the incoming edges of each destination
+    (max-subtracted)."""
+    if s.shape[0] != g.num_edges:
+        raise ValueError(f"s has {s.shape[0]} rows, the graph {g.num_edges} edges")
+    return _EdgeSoftmaxFn.apply(g, s)
+
+
+# --------------------------------------------------------------------------
+# fused GAT aggregation
+# --------------------------------------------------------------------------
+
+class _GatFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, g, el, er, z, slope):
+        dt = _data_dtype(el, er, z)
+        N = g.num_nodes
+        H, D = z.shape[1], z.shape[2]
+        F = H * D
+        el2, er2, z2 = _mat(el, dt, N, H), _mat(er, dt, N, H), _mat(z, dt, N, F)
+        out = torch.empty((N, F), dtype=dt)
+        lse = torch.empty((N, H), dtype=dt)
+        den = torch.empty((N, H), dtype=dt)
+        csr = g.in_csr
+        get_kernel("gat", fn="gat_fwd")(
+            csr.chunks, csr.indptr, csr.indices, el2.numpy(), er2.numpy(), z2.numpy(), out.numpy(),
+            lse.numpy(), den.numpy(), H, D, _NP[dt](slope))
+        ctx.g, ctx.dt, ctx.HD, ctx.slope = g, dt, (H, D), slope
+        out = out.reshape(N, H, D)
+        ctx.save_for_backward(el, er, z, out, lse)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        need_el, need_er, need_z = ctx.needs_input_grad[1:4]
+        if not (need_el or need_er or need_z):
+            return None, None, None, None, None
+        el, er, z, out, lse = ctx.saved_tensors
+        g, dt, (H, D), slope = ctx.g, ctx.dt, ctx.HD, ctx.slope
+        N, E, F = g.num_nodes, g.num_edges, H * D
+        npdt = _NP[dt]
+        need_att = need_el or need_er
+        el2, er2, z2 = _mat(el, dt, N, H), _mat(er, dt, N, H), _mat(z, dt, N, F)
+        G = _mat(grad, dt, N, F)
+        if need_att:
+            delta = (G.view(N, H, D) * out.to(dt).view(N, H, D)).sum(-1).contiguous()
+            draw = torch.empty((E, H), dtype=dt)
+        else:
+            delta = draw = torch.from_numpy(_dummy(npdt))
+        dz = torch.empty((N, F) if need_z else (N, 1), dtype=dt)
+        dl = torch.empty((N, H), dtype=dt)
+        csr = g.out_csr
+        get_kernel("gat", fn="gat_bwd")(
+            csr.chunks, csr.indptr, csr.indices, csr.eid, el2.numpy(), er2.numpy(), z2.numpy(),
+            lse.numpy(), G.numpy(), delta.numpy(), dz.numpy(), dl.numpy(), draw.numpy(),
+            H, D, npdt(slope), npdt(0), bool(need_z), bool(need_att))
+        del_ = dl.reshape(el.shape).to(el.dtype) if need_el else None
+        der = None
+        if need_er:
+            der, _ = agg_raw(g.in_csr, None, draw, "copy_edge", "sum", "none", 1, H, dt)
+            der = der.reshape(er.shape).to(er.dtype)
+        dzr = dz.reshape(z.shape).to(z.dtype) if need_z else None
+        return None, del_, der, dzr, None
+
+
+def gat_aggregate(g: CSRGraph, el: torch.Tensor, er: torch.Tensor, z: torch.Tensor,
+                  slope: float = 0.2) -> torch.Tensor:
+    """out[v, h, :] = sum over e = (u -> v) of alpha[e, h] * z[u, h, :] with
+    alpha = softmax over the in-edges of v of leaky_relu(el[u, h] + er[v, h], slope);
+    one pass per destination (online softmax), no E x H x D tensor; the
+    backward recomputes alpha from the saved per-(v, h) log-sum-exp."""
+    if z.dim() != 3:
+        raise ValueError(f"z must be [N, H, D], got {tuple(z.shape)}")
+    N, H = z.shape[0], z.shape[1]
+    for name, t in (("el", el), ("er", er)):
+        if t.shape[0] != N or t.numel() != N * H:
+            raise ValueError(f"{name} must be [N, H] = [{N}, {H}], got {tuple(t.shape)}")
+    if N != g.num_nodes:
+        raise ValueError(f"z has {N} rows, the graph {g.num_nodes} vertices")
+    return _GatFn.apply(g, el, er, z, float(slope))
+
+
+compile_report = codegen.compile_report

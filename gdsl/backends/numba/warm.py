@@ -1,0 +1,131 @@
+"""Compile kernels ahead of time, in parallel worker processes.
+
+Numba compiles one parallel kernel in about 1.3 s of a single core (and holds
+the GIL meanwhile), so a program or test suite needing dozens of kernel
+specialisations spends a minute compiling on first run.  ``warm`` runs each
+requested op (forward and backward) on a tiny graph in worker processes, so
+every kernel it uses lands in the on-disk cache; later calls in any process
+only load them.  Requests (a list of (op, params) pairs):
+
+    ("aggregate", {"msg": "mul", "reduce": "sum", "bcast": "head", "to": "dst"})
+        bcast: "none" (copy_src / copy_edge, or w shaped like x), "scalar" (w [E]),
+        "head" (w [E, H], x [N, H, D]), "full" (w [E, *fs]); optional
+        "blocked": True (cache-blocked kernel), "index_dtype": "int64"
+    ("sddmm", {"op": "dot"})
+    ("edge_softmax", {})
+    ("gat_aggregate", {})
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def _run_one(op: str, params: dict, dtype: str) -> None:
+    import numpy as np
+    import torch
+
+    from gdsl.backends.numba import ops
+    from gdsl.backends.numba.graph import CSRGraph
+
+    dt = getattr(torch, dtype)
+    params = dict(params)
+    idx = params.pop("index_dtype", None)
+    g = CSRGraph.build(torch.tensor([0, 1, 2, 2]), torch.tensor([1, 1, 0, 2]), 3,
+                       index_dtype=np.dtype(idx).type if idx else None)
+    N, E = g.num_nodes, g.num_edges
+
+    def t(*shape):
+        return torch.rand(shape, dtype=dt).add_(0.5).requires_grad_()
+    if op == "aggregate":
+        msg, reduce = params["msg"], params.get("reduce", "sum")
+        bcast, to = params.get("bcast", "none"), params.get("to", "dst")
+        x = w = None
+        if msg != "copy_edge":
+            x = t(N, 2, 2)
+        if msg != "copy_src":
+            w = {"none": lambda: t(E, 2, 2), "full": lambda: t(E, 2, 2), "scalar": lambda: t(E),
+                 "head": lambda: t(E, 2)}[bcast]()
+        if msg == "copy_edge":
+            w = t(E, 2, 2)
+        if params.get("blocked"):
+            ops.set_cache_blocking("on", 1)
+        try:
+            ops.aggregate(g, x, w, msg, reduce, to).sum().backward()
+        finally:
+            ops.set_cache_blocking("off")
+    elif op == "sddmm":
+        ops.sddmm(g, t(N, 2, 2), t(N, 2, 2), params["op"]).sum().backward()
+    elif op == "edge_softmax":
+        ops.edge_softmax(g, t(E, 2)).sum().backward(torch.rand(E, 2, dtype=dt))
+    elif op == "gat_aggregate":
+        ops.gat_aggregate(g, t(N, 2), t(N, 2), t(N, 2, 2), 0.2).backward(torch.rand(N, 2, 2, dtype=dt))
+    else:
+        raise ValueError(f"unknown op {op!r}")
+
+
+def _worker(tasks: list) -> dict:
+    from gdsl.backends.numba import codegen
+    for op, params, dtype in tasks:
+        _run_one(op, params, dtype)
+    return dict(codegen.COMPILE_TIMES)
+
+
+def _stamp(tasks: list) -> str:
+    import numba
+    h = hashlib.sha256(json.dumps(tasks, sort_keys=True).encode())
+    h.update(numba.__version__.encode())
+    here = Path(__file__).parent
+    for f in ("codegen.py", "ops.py", "graph.py", "warm.py"):
+        h.update((here / f).read_bytes())
+    return h.hexdigest()[:20]
+
+
+def warm(requests: list, dtypes=("float32",), processes: int | None = None, skip_if_done: bool = True) -> dict:
+    """Compile every kernel that `requests` (forward and backward, in each of
+    `dtypes`) use into the disk cache, spread over `processes` worker
+    processes (default: the CPU count; 1 or fewer: in this process).
+    Returns {kernel: compile seconds} from the workers.  With skip_if_done,
+    a stamp in the cache directory (keyed by the requests and this backend's
+    source) skips work already done."""
+    from gdsl.backends.numba import codegen
+    tasks = [[op, dict(params), str(dt).replace("torch.", "")] for op, params in requests for dt in dtypes]
+    if not tasks:
+        return {}
+    stamp = codegen.cache_dir() / f"warm-{_stamp(tasks)}.stamp"
+    if skip_if_done and stamp.exists():
+        return {}
+    procs = processes if processes is not None else (os.cpu_count() or 1)
+    procs = max(1, min(procs, len(tasks)))
+    if procs == 1:
+        times = _worker(tasks)
+    else:
+        groups = [tasks[i::procs] for i in range(procs)]
+        root = str(Path(__file__).resolve().parents[3])
+        env = dict(os.environ)
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env["GDSL_NUMBA_CACHE_DIR"] = str(codegen.cache_dir())
+        ps = [subprocess.Popen([sys.executable, "-m", "gdsl.backends.numba.warm"], stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
+              for _ in groups]
+        times = {}
+        errors = []
+        for p, grp in zip(ps, groups):
+            out, err = p.communicate(json.dumps(grp))
+            if p.returncode != 0:
+                errors.append(err[-2000:])
+            else:
+                times.update(json.loads(out.strip().splitlines()[-1]))
+        if errors:
+            raise RuntimeError("kernel warm-up worker failed:\n" + "\n".join(errors))
+    stamp.write_text(time.strftime("%Y-%m-%d %H:%M:%S\n"))
+    return times
+
+
+if __name__ == "__main__":
+    print(json.dumps(_worker(json.loads(sys.stdin.read()))))
