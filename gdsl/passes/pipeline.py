@@ -17,6 +17,7 @@ from gdsl.passes.base import PassContext
 from gdsl.passes.canonicalize import Canonicalize
 from gdsl.passes.fold_edge_constants import FoldEdgeConstants
 from gdsl.passes.fuse import Fuse
+from gdsl.passes.order import Order
 from gdsl.passes.inline import Inline
 from gdsl.passes.insert_sync import InsertSync
 
@@ -25,8 +26,9 @@ from gdsl.passes.insert_sync import InsertSync
 #  insert-sync before canonicalize: it needs the `partial` marks as lowered;
 #  canonicalize before fold-edge-constants: `mean` becomes a vertex constant
 #  that folding can then combine with other graph constants;
-#  fuse last: it matches messages in their folded form (`src.x * w`).
-PASSES = [Inline(), InsertSync(), Canonicalize(), FoldEdgeConstants(), Fuse()]
+#  fuse after folding: it matches messages in their folded form (`src.x * w`);
+#  order after fuse: it reorders whole `aggregate` ops against the `@` after them.
+PASSES = [Inline(), InsertSync(), Canonicalize(), FoldEdgeConstants(), Fuse(), Order()]
 
 DESCRIPTIONS = {
     "lower": "AST -> IR: check stages and shapes, instantiate the model, unroll repeat",
@@ -35,6 +37,7 @@ DESCRIPTIONS = {
     "canonicalize": "mean -> sum * 1/deg, CSE, dead-code removal",
     "fold-edge-constants": "precompute graph-only edge expressions as edge_const",
     "fuse": "scatter/gather patterns -> aggregate, sddmm, gat_aggregate kernels",
+    "order": "sparse-first or dense-first per linear aggregation feeding '@' (hint, else by width)",
 }
 
 
