@@ -39,6 +39,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--print-ir-after", metavar="PASS", action="append", default=[], help="print the IR after PASS")
     c.add_argument("--dump-dir", metavar="DIR", help="write the AST and the IR after every pass into DIR")
     c.add_argument("--print-loc", action="store_true", help="show source locations in IR dumps")
+    c.add_argument("--np", type=int, dest="np_", metavar="P", help="choose and record a plan for P ranks (needs --data)")
+    c.add_argument("--mem-per-rank", metavar="BYTES", help="memory budget per rank for --np, e.g. 4G")
 
     r = sub.add_parser("run", help="train a program (full-batch) and report accuracy")
     common(r)
@@ -49,6 +51,14 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", metavar="FILE", help="write per-epoch and final metrics to FILE")
     r.add_argument("--split", type=int, default=0, help="which split of a multi-split dataset (default 0)")
     r.add_argument("--log-every", type=int, help="print every K epochs when not on a terminal")
+
+    pl = sub.add_parser("plan", help="predict and choose a distributed plan with the cost model")
+    common(pl)
+    pl.add_argument("--np", type=int, default=1, dest="np_", metavar="P", help="number of ranks (default 1)")
+    pl.add_argument("--dims", metavar="N=..,E=..,F=..,C=..", help="sizes instead of --data (any subset)")
+    pl.add_argument("--mem-per-rank", metavar="BYTES", help="memory budget per rank, e.g. 4G")
+    pl.add_argument("--approximate", action="store_true", help="also consider delayed (approximate) plans")
+    pl.add_argument("--json", metavar="FILE", help="write the candidates and the choice to FILE")
 
     sub.add_parser("passes", help="list the compiler passes in pipeline order")
     return p
@@ -77,6 +87,64 @@ def cmd_passes(args) -> int:
     return 0
 
 
+def cmd_plan(args, parser) -> int:
+    from gdsl.compiler import compile_source, front, read_source
+    from gdsl.cost.choose import NoPlanFits
+    from gdsl.planning import parse_bytes, plan
+
+    if args.np_ < 1:
+        parser.error("--np must be at least 1")
+    source = read_source(args.program)
+    _, checked = front(source, args.program, args.train)
+    dims: dict[str, int] = {}
+    if args.data:
+        from gdsl.graph.io import load_graph
+        from gdsl.runtime.binding import bind_dims
+        g = load_graph(args.data)
+        dims = bind_dims(checked, g)
+        opts = checked.graph_options
+        dims["E"] = g.with_options(self_loops=opts.get("self_loops", False), symmetric=opts.get("symmetric", False)).num_edges
+    for kv in (args.dims or "").split(","):
+        if kv.strip():
+            k, sep, v = kv.partition("=")
+            if not sep or not v.strip().isdigit():
+                parser.error(f"--dims expects NAME=INT pairs, got '{kv}'")
+            dims[k.strip()] = int(v)
+    row = {k: dims.pop(k) for k in ("N", "E") if k in dims}
+    lowered = compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser),
+                             train=args.train, stop_after="lower").module
+    mem = parse_bytes(args.mem_per_rank) if args.mem_per_rank else None
+    try:
+        result = plan(lowered, {**dims, **row}, args.np_, mem, args.approximate)
+    except NoPlanFits as e:
+        raise GdslError(str(e)) from None
+    widths = ", ".join(str(w) for w in result.widths)
+    print(f"plan for {args.program}: P={args.np_}, layer widths [{widths}]"
+          + (f", N={row['N']}, E={row['E']}" if "N" in row and "E" in row else ""))
+    if result.choice is None:
+        from gdsl.cost import strategies as st
+        print("sizes are symbolic (give --data or --dims N=..,E=..): per-epoch costs per strategy, in N, E, P")
+        for name in ("replicate", "rows"):
+            cost = getattr(st, name)(result.problem)
+            print(f"\n{cost.describe()}")
+        return 0
+    print(result.choice.table())
+    print("\n* chosen  P Pareto (time vs memory)  ! over the memory per rank")
+    print(f"choice: {result.choice.best.name}\nwhy: {result.choice.reason}")
+    if args.json:
+        import json
+        from pathlib import Path
+        Path(args.json).write_text(json.dumps({
+            "P": args.np_, "widths": [int(w) for w in result.widths], **row,
+            "choice": result.choice.best.name, "reason": result.choice.reason,
+            "candidates": [{"plan": c.name, "time": c.time, "compute": c.compute, "comm": c.comm,
+                            "words_per_rank": float(c.cost.words), "messages_per_rank": float(c.cost.messages),
+                            "memory_per_rank": c.memory_bytes, "fits": c.fits,
+                            "pareto": any(c is p for p in result.choice.pareto)} for c in result.choice.candidates],
+        }, indent=2) + "\n")
+    return 0
+
+
 def cmd_compile(args, parser) -> int:
     from gdsl.compiler import compile_source, read_source
     from gdsl.frontend.ast import dump
@@ -88,13 +156,18 @@ def cmd_compile(args, parser) -> int:
         if p not in names:
             parser.error(f"--print-ir-after: unknown pass '{p}' (passes: {', '.join(names)})")
     source = read_source(args.program)
-    dims = None
+    dims, edges = None, None
+    if args.np_ is not None and (args.np_ < 1 or not args.data):
+        parser.error("--np needs a positive P and --data (use `gdsl plan` for symbolic sizes)")
     if args.data:
         from gdsl.compiler import front
         from gdsl.graph.io import load_graph
         from gdsl.runtime.binding import bind_dims
         _, checked = front(source, args.program, args.train)
-        dims = bind_dims(checked, load_graph(args.data))
+        g = load_graph(args.data)
+        dims = bind_dims(checked, g)
+        opts = checked.graph_options
+        edges = g.with_options(self_loops=opts.get("self_loops", False), symmetric=opts.get("symmetric", False)).num_edges
     dump_dir = Path(args.dump_dir) if args.dump_dir else None
     if dump_dir:
         dump_dir.mkdir(parents=True, exist_ok=True)
@@ -119,8 +192,11 @@ def cmd_compile(args, parser) -> int:
         after(name, module)
 
     stop = "lower" if emit in ("ast", "ir") and not dumping else None
+    from gdsl.planning import parse_bytes
     compiled = compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser),
-                              train=args.train, stop_after=stop, after_each=after_and_keep)
+                              train=args.train, stop_after=stop, after_each=after_and_keep,
+                              ranks=args.np_, edges=edges,
+                              memory_per_rank=parse_bytes(args.mem_per_rank) if args.mem_per_rank else None)
     if dump_dir:
         (dump_dir / "00-ast.txt").write_text(dump(compiled.ast, args.print_loc))
     if emit == "ast":
@@ -186,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_passes(args)
         if args.cmd == "compile":
             return cmd_compile(args, parser)
+        if args.cmd == "plan":
+            return cmd_plan(args, parser)
         return cmd_run(args, parser)
     except CompileError as e:
         print(render_all(e), file=sys.stderr)
@@ -208,6 +286,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gdsl: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `gdsl ... | head`: the reader left; not an error of ours
+        try:
+            sys.stdout = open(os.devnull, "w")
+        except OSError:
+            pass
+        return 141
     except Exception as e:  # noqa: BLE001 - the one boundary
         if debug:
             raise

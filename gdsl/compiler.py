@@ -51,7 +51,8 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
                    overrides: dict[str, Any] | None = None, train: str | None = None,
                    stop_after: str | None = None,
                    after_each: Callable[[str, Module], None] | None = None,
-                   disable: tuple[str, ...] = ()) -> Compiled:
+                   disable: tuple[str, ...] = (), ranks: int | None = None, edges: int | None = None,
+                   memory_per_rank: float | None = None) -> Compiled:
     """Run the whole front end and the pass pipeline (or stop after a pass);
     `disable` names optional passes to skip (e.g. `fuse`, to test it)."""
     prog, checked = front(source, file, train)
@@ -62,6 +63,11 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
     if after_each:
         after_each("lower", module)
     ctx = PassContext(dims=dict(dims or {}))
+    if ranks is not None and stop_after != "lower":
+        from gdsl.planning import plan
+        result = plan(module, {**(dims or {}), **({"E": edges} if edges else {})}, ranks, memory_per_rank)
+        if result.choice is not None:
+            ctx.options["plan"] = result
     pm = PassManager(after_each=after_each)
     pm.passes = [p for p in pm.passes if p.name not in disable]
     module = pm.run(module, ctx, stop_after=stop_after)

@@ -18,6 +18,7 @@ from gdsl.passes.canonicalize import Canonicalize
 from gdsl.passes.fold_edge_constants import FoldEdgeConstants
 from gdsl.passes.fuse import Fuse
 from gdsl.passes.order import Order
+from gdsl.passes.partition import Partition
 from gdsl.passes.inline import Inline
 from gdsl.passes.insert_sync import InsertSync
 
@@ -27,8 +28,9 @@ from gdsl.passes.insert_sync import InsertSync
 #  canonicalize before fold-edge-constants: `mean` becomes a vertex constant
 #  that folding can then combine with other graph constants;
 #  fuse after folding: it matches messages in their folded form (`src.x * w`);
-#  order after fuse: it reorders whole `aggregate` ops against the `@` after them.
-PASSES = [Inline(), InsertSync(), Canonicalize(), FoldEdgeConstants(), Fuse(), Order()]
+#  order after fuse: it reorders whole `aggregate` ops against the `@` after them;
+#  partition last: it records the plan chosen for the program as ordered.
+PASSES = [Inline(), InsertSync(), Canonicalize(), FoldEdgeConstants(), Fuse(), Order(), Partition()]
 
 DESCRIPTIONS = {
     "lower": "AST -> IR: check stages and shapes, instantiate the model, unroll repeat",
@@ -38,6 +40,7 @@ DESCRIPTIONS = {
     "fold-edge-constants": "precompute graph-only edge expressions as edge_const",
     "fuse": "scatter/gather patterns -> aggregate, sddmm, gat_aggregate kernels",
     "order": "sparse-first or dense-first per linear aggregation feeding '@' (hint, else by width)",
+    "partition": "record the distributed plan the cost model chose (with --np)",
 }
 
 

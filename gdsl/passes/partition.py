@@ -1,0 +1,38 @@
+"""partition: record the distributed plan the cost model chose.
+
+The choice itself is made by gdsl/cost (`gdsl.planning.plan`) from the
+lowered program's layer widths, the graph's N and E, the number of ranks P
+and the memory per rank; this pass writes it on the module as the `plan`
+attribute (strategy, predicted time split, words and memory per rank) so
+the IR dump shows it. Executing plans is the distributed runtime's job.
+
+Requires: `ctx.options["plan"]` (set by the compile driver when `--np` is
+given). Ensures: `module.attrs["plan"]` describes the choice, or nothing
+changes when no plan was asked for.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gdsl.ir.core import Module
+from gdsl.passes.base import PassContext
+
+
+@dataclass(frozen=True)
+class Partition:
+    name: str = "partition"
+
+    def run(self, module: Module, ctx: PassContext) -> Module:
+        result = ctx.options.get("plan")
+        if result is None:
+            return module
+        best = result.choice.best
+        runner = next((c for c in result.choice.candidates if c is not best and c.fits), None)
+        module.attrs["plan"] = {
+            "P": int(result.problem.P), "strategy": best.name,
+            "time_s": float(f"{best.time:.4g}"), "compute_s": float(f"{best.compute:.4g}"),
+            "comm_s": float(f"{best.comm:.4g}"), "words_per_rank": int(round(float(best.cost.words))),
+            "memory_per_rank_bytes": int(best.memory_bytes),
+            "runner_up": runner.name if runner else "none",
+        }
+        return module
