@@ -14,13 +14,32 @@ gradients asked for.
     edge_softmax(g, s)
     gat_aggregate(g, el, er, z, slope)
 """
-from gdsl.backends.numba.codegen import (  # noqa: F401
-    COMPILE_FROM_CACHE, COMPILE_TIMES, cache_dir, compile_report, kernel_source,
+from gdsl.backends.numba.codegen import (
+    COMPILE_FROM_CACHE,
+    COMPILE_TIMES,
+    cache_dir,
+    compile_report,
+    kernel_source,
 )
-from gdsl.backends.numba.graph import CSRGraph  # noqa: F401
-from gdsl.backends.numba.ops import (  # noqa: F401
-    aggregate, edge_softmax, gat_aggregate, sddmm, set_cache_blocking,
+from gdsl.backends.numba.graph import CSRGraph
+from gdsl.backends.numba.ops import (
+    aggregate,
+    edge_softmax,
+    gat_aggregate,
+    sddmm,
+    set_cache_blocking,
 )
 
-__all__ = ["CSRGraph", "aggregate", "sddmm", "edge_softmax", "gat_aggregate", "kernel_source",
-           "COMPILE_TIMES", "COMPILE_FROM_CACHE", "compile_report", "cache_dir", "set_cache_blocking"]
+__all__ = [
+    "COMPILE_FROM_CACHE",
+    "COMPILE_TIMES",
+    "CSRGraph",
+    "aggregate",
+    "cache_dir",
+    "compile_report",
+    "edge_softmax",
+    "gat_aggregate",
+    "kernel_source",
+    "sddmm",
+    "set_cache_blocking",
+]

@@ -33,8 +33,14 @@ _LAST_MIN = 0.0
 def main(argv=None) -> None:
     import numba
 
-    from gdsl.backends.numba import COMPILE_FROM_CACHE, COMPILE_TIMES, CSRGraph, aggregate, gat_aggregate
-    from gdsl.backends.numba import ops
+    from gdsl.backends.numba import (
+        COMPILE_FROM_CACHE,
+        COMPILE_TIMES,
+        CSRGraph,
+        aggregate,
+        gat_aggregate,
+        ops,
+    )
 
     p = argparse.ArgumentParser()
     p.add_argument("--nodes", type=int, default=100_000)
@@ -94,19 +100,20 @@ def main(argv=None) -> None:
         csr = g.in_csr
         auto = ops.block_size_for(csr, F * 4)
         print(f"cache model: LLC {ops._cache_bytes() / 2**20:.0f} MiB -> auto block {auto}")
+        prev = ops.set_cache_blocking("off")
         for msg, ww in (("copy_src", None), ("mul", wd)):
             ops.set_cache_blocking("off")
             aggregate(g, xd, ww, msg, "sum")
-            base = _median(lambda: aggregate(g, xd, ww, msg, "sum"), a.reps)
+            base = _median(lambda msg=msg, ww=ww: aggregate(g, xd, ww, msg, "sum"), a.reps)
             print(f"  {msg}-sum unblocked              {base * 1e3:8.1f} ms (min {_LAST_MIN * 1e3:7.1f})", flush=True)
             for B in sorted({2048, 4096, 8192, 16384, 32768, 50000, auto or N}):
                 ops.set_cache_blocking("on", B)
                 aggregate(g, xd, ww, msg, "sum")
-                t = _median(lambda: aggregate(g, xd, ww, msg, "sum"), a.reps)
+                t = _median(lambda msg=msg, ww=ww: aggregate(g, xd, ww, msg, "sum"), a.reps)
                 nb = -(-N // B)
                 print(f"  {msg}-sum blocked B={B:6d} nB={nb:3d} {t * 1e3:8.1f} ms (min {_LAST_MIN * 1e3:7.1f})"
                       f"  ({base / t:.2f}x)", flush=True)
-        ops.set_cache_blocking("off")
+        ops.set_cache_blocking(*prev)
 
 
 if __name__ == "__main__":

@@ -463,7 +463,7 @@ def kernel_source(op: str, /, **signature) -> str:
 
 _LOCK = threading.RLock()
 _MODULES: dict[str, object] = {}
-_KERNELS: dict[tuple, "Kernel"] = {}
+_KERNELS: dict[tuple, Kernel] = {}
 
 
 class Kernel:

@@ -21,7 +21,7 @@ def _num_threads() -> int:
     try:
         import numba
         return max(1, numba.get_num_threads())
-    except Exception:  # pragma: no cover
+    except ImportError:  # pragma: no cover
         return max(1, os.cpu_count() or 1)
 
 
@@ -60,6 +60,19 @@ class CSR:
     def num_edges(self) -> int:
         return int(self.indices.shape[0])
 
+    def active_fraction(self) -> float:
+        """Fraction of the endpoints (columns) that occur in some slot."""
+        a = self._blocked.get("active")
+        if a is None:
+            if self.num_edges == 0:
+                a = 0.0
+            else:
+                seen = np.zeros(int(self.col_of_edge.max()) + 1, dtype=bool)
+                seen[self.indices] = True
+                a = float(seen.mean())
+            self._blocked["active"] = a
+        return a
+
     def blocked(self, block: int) -> np.ndarray:
         """bptr[b, r]: first slot of row r whose endpoint is in source block b
         (blocks of `block` vertices); bptr[nb, r] = indptr[r + 1]."""
@@ -81,7 +94,12 @@ class CSR:
 
 def _build_csr(rows: np.ndarray, cols: np.ndarray, n: int, idx_dt, ptr_dt,
                nthreads: int | None) -> CSR:
-    order = np.lexsort((cols, rows)) if rows.size else np.zeros(0, np.int64)
+    if not rows.size:
+        order = np.zeros(0, np.int64)
+    elif n < 3_000_000_000:  # n * n fits in int64: one stable sort of a combined key
+        order = np.argsort(rows * n + cols, kind="stable")
+    else:
+        order = np.lexsort((cols, rows))
     counts = np.bincount(rows, minlength=n) if rows.size else np.zeros(n, np.int64)
     indptr = np.zeros(n + 1, dtype=ptr_dt)
     np.cumsum(counts, out=indptr[1:])
@@ -117,7 +135,7 @@ class CSRGraph:
 
     @staticmethod
     def build(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, index_dtype=None,
-              nthreads: int | None = None) -> "CSRGraph":
+              nthreads: int | None = None) -> CSRGraph:
         """src, dst: [E] integer tensors of edge endpoints (edge id = position).
         index_dtype: force np.int32 / np.int64 (default: int32 when N and E fit)."""
         src = torch.as_tensor(src).reshape(-1).to(torch.int64)

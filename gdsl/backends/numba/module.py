@@ -9,8 +9,6 @@ reference implementation, and `kernel_plan()` says which ran where.
 """
 from __future__ import annotations
 
-import torch
-
 from gdsl.backends.numba.graph import CSRGraph
 from gdsl.backends.numba import ops as nb
 from gdsl.backends.reference.executor import ReferenceModule
@@ -73,12 +71,11 @@ class NumbaModule(ReferenceModule):
             return nb.sddmm(self.csr, vals[0], vals[1], op.attrs["op"])
         if name == "edge_softmax":
             return nb.edge_softmax(self.csr, vals[0])
-        el, er, z = vals  # gat_aggregate; scores [N, *h], z [N, *h, D]
+        el, er, z = vals  # gat_aggregate; scores [N, *h], z [N, *h, D]: heads flattened to one axis
         n = z.shape[0]
-        h = el.shape[1:]
         out = nb.gat_aggregate(self.csr, el.reshape(n, -1), er.reshape(n, -1), z.reshape(n, -1, z.shape[-1]),
                                float(op.attrs["slope"]))
-        return out.reshape(z.shape) if h != () else out.reshape(z.shape)
+        return out.reshape(z.shape)
 
 
 def module_kernel_sources(module: Module) -> str:

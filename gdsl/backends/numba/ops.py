@@ -8,6 +8,7 @@ ctx.needs_input_grad asks for.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -25,25 +26,40 @@ _DUMMY: dict = {}
 # --------------------------------------------------------------------------
 # cache blocking (DistGNN Alg. 2)
 # --------------------------------------------------------------------------
-# Measured on this project's 2-core AMD EPYC (L2 1 MiB/core, L3 32 MiB
-# shared), N = 100k, E = 2M uniform random edges, F = 128 float32
-# (x = 51 MB, larger than L3), copy_src-sum / mul-sum forward, median of 5:
-#   see CACHE_BLOCKING_NOTE below for the numbers and the verdict.
-CACHE_BLOCKING = "off"   # "off" | "auto" | "on"; see set_cache_blocking
+# Measured on this project's machine: 2-core AMD EPYC VM (L2 1 MiB per core,
+# L3 32 MiB shared), numba 0.68.1, float32, a uniform random graph with
+# N = 100k, E = 2M (avg degree 20), F = 128 (x = 51 MB, larger than L3), the
+# forward kernel alone, blocked and unblocked calls interleaved, 25-40 rounds
+# each, the machine shared with other jobs (load 4-5, so medians):
+#   copy_src-sum  unblocked 202-205 ms | B=16384 (nB=7) 170 | B=32768 (nB=4) 163-164
+#                 | B=50000 (nB=2) 171 | B=8192 211 | B=4096 323 | B=2048 440
+#   mul-sum (w [E]) unblocked 241-251 ms | B=32768 236-242 | B=16384 241 | B=4096 377
+# i.e. about 1.25x for copy_src and 1.02-1.04x for mul with blocks of about
+# half the last-level cache, and much slower with L2-sized blocks (each block
+# is one more pass over the output rows).  On a power-law graph whose edges
+# come from few sources (zipf, 6.7k distinct sources of 100k) forced blocking
+# was 1.3-1.8x slower, and the cache model below declines it there (the active
+# source rows fit in cache).  So blocking is kept, in "auto" mode: only for
+# copy_src / mul sum (and mean) aggregation, only when the active rows of x
+# exceed half the last-level cache, with blocks of half the last-level cache.
+CACHE_BLOCKING = "auto"   # "off" | "auto" | "on"; see set_cache_blocking
 _BLOCK_OVERRIDE: int | None = None
-CACHE_BLOCKING_NOTE = "(filled in by measurement)"
 
 
-def set_cache_blocking(mode: str, block: int | None = None) -> None:
+def set_cache_blocking(mode: str, block: int | None = None) -> tuple[str, int | None]:
     """mode "off": never block; "on": always block (with `block` source
-    vertices per block, or the size from the cache model); "auto": block when
-    the model says the gathered features do not fit in cache."""
+    vertices per block, or the size from the cache model); "auto" (default):
+    block when the model says the gathered features do not fit in cache.
+    Returns the previous (mode, block)."""
     global CACHE_BLOCKING, _BLOCK_OVERRIDE
     if mode not in ("off", "auto", "on"):
         raise ValueError(f"cache blocking mode must be off, auto or on, got {mode!r}")
+    prev = (CACHE_BLOCKING, _BLOCK_OVERRIDE)
     CACHE_BLOCKING, _BLOCK_OVERRIDE = mode, block
+    return prev
 
 
+@functools.lru_cache(maxsize=1)
 def _cache_bytes() -> int:
     """Size of the last-level cache (the block of x is shared by all threads)."""
     best = 0
@@ -70,7 +86,7 @@ def block_size_for(csr: CSR, row_bytes: int) -> int | None:
     n_src = int(csr.col_of_edge.max()) + 1 if csr.num_edges else 0
     if n_src == 0:
         return None
-    active = max(1e-9, float(torch.unique(csr.col_of_edge).numel()) / n_src) if csr.num_edges < 50_000_000 else 1.0
+    active = max(1e-9, csr.active_fraction())
     budget = _cache_bytes() // 2
     block = int(budget / (row_bytes * active))
     if block >= n_src:
@@ -81,6 +97,25 @@ def block_size_for(csr: CSR, row_bytes: int) -> int | None:
 # --------------------------------------------------------------------------
 # raw kernel launchers (no autograd)
 # --------------------------------------------------------------------------
+
+# Below this many element operations (slots x features + rows x features) a
+# kernel runs on the calling thread only: a parallel region costs tens of
+# microseconds to start, and far more (its tail) when the cores are shared.
+SERIAL_BELOW = 32768
+
+
+def _launch(kernel, work: int, *args) -> None:
+    import numba
+    nt = numba.get_num_threads()
+    if work < SERIAL_BELOW and nt > 1:
+        numba.set_num_threads(1)
+        try:
+            kernel(*args)
+        finally:
+            numba.set_num_threads(nt)
+    else:
+        kernel(*args)
+
 
 def _dummy(dt) -> np.ndarray:
     a = _DUMMY.get(dt)
@@ -122,12 +157,14 @@ def agg_raw(csr: CSR, x2: torch.Tensor | None, w2: torch.Tensor | None, msg: str
         block = block_size_for(csr, F * np.dtype(npdt).itemsize)
         if CACHE_BLOCKING == "on" and block is None:
             block = max(1, csr.nrows)
+    work = (csr.num_edges + csr.nrows) * F
     if block is not None:
         k = get_kernel("aggregate", msg=msg, reduce="sum", bcast=bcast, blocked=True)
-        k(csr.chunks, csr.blocked(block), csr.indices, csr.eid, xa, wa, out.numpy(), argn, H, D, mean)
+        _launch(k, work, csr.chunks, csr.blocked(block), csr.indices, csr.eid, xa, wa, out.numpy(), argn,
+                H, D, mean)
     else:
         k = get_kernel("aggregate", msg=msg, reduce=reduce, bcast=bcast)
-        k(csr.chunks, csr.indptr, csr.indices, csr.eid, xa, wa, out.numpy(), argn, H, D, mean)
+        _launch(k, work, csr.chunks, csr.indptr, csr.indices, csr.eid, xa, wa, out.numpy(), argn, H, D, mean)
     return out, arg
 
 
@@ -137,7 +174,8 @@ def sddmm_raw(g: CSRGraph, a2: torch.Tensor, b2: torch.Tensor, op: str, P: int, 
     csr = g.in_csr
     out = torch.empty((g.num_edges, P if op == "dot" else P * K), dtype=dt)
     k = get_kernel("sddmm", op=op)
-    k(csr.chunks, csr.indptr, csr.indices, csr.eid, a2.numpy(), b2.numpy(), out.numpy(), P, K, _NP[dt](0))
+    _launch(k, (csr.num_edges + csr.nrows) * P * K, csr.chunks, csr.indptr, csr.indices, csr.eid,
+            a2.numpy(), b2.numpy(), out.numpy(), P, K, _NP[dt](0))
     return out
 
 
@@ -200,7 +238,7 @@ class _AggregateFn(torch.autograd.Function):
             return None, None, None, None, None, None, None
         x, w = ctx.saved_tensors
         g, msg, reduce, to, dt = ctx.g, ctx.msg, ctx.reduce, ctx.to, ctx.dt
-        bcast, H, D, fs = ctx.info
+        bcast, H, D, _ = ctx.info
         F, N, E = H * D, g.num_nodes, g.num_edges
         csr = g.csr(to)
         Wf = H if bcast == "w" else F
@@ -386,7 +424,7 @@ class _EdgeSoftmaxFn(torch.autograd.Function):
         mx = torch.empty((N, K), dtype=dt)
         den = torch.empty((N, K), dtype=dt)
         csr = g.in_csr
-        get_kernel("edge_softmax", fn="edge_softmax_fwd")(
+        _launch(get_kernel("edge_softmax", fn="edge_softmax_fwd"), (E + N) * K,
             csr.chunks, csr.indptr, csr.eid, s2.numpy(), y.numpy(), mx.numpy(), den.numpy(), K)
         ctx.g, ctx.K, ctx.dt = g, K, dt
         out = y.reshape(s.shape)
@@ -406,7 +444,7 @@ class _EdgeSoftmaxFn(torch.autograd.Function):
         ds = torch.empty((E, K), dtype=dt)
         acc = torch.empty((N, K), dtype=dt)
         csr = g.in_csr
-        get_kernel("edge_softmax", fn="edge_softmax_bwd")(
+        _launch(get_kernel("edge_softmax", fn="edge_softmax_bwd"), (E + N) * K,
             csr.chunks, csr.indptr, csr.eid, y2.numpy(), G.numpy(), ds.numpy(), acc.numpy(), K)
         return None, ds.reshape(y.shape)
 
@@ -435,7 +473,7 @@ class _GatFn(torch.autograd.Function):
         lse = torch.empty((N, H), dtype=dt)
         den = torch.empty((N, H), dtype=dt)
         csr = g.in_csr
-        get_kernel("gat", fn="gat_fwd")(
+        _launch(get_kernel("gat", fn="gat_fwd"), (g.num_edges + N) * F,
             csr.chunks, csr.indptr, csr.indices, el2.numpy(), er2.numpy(), z2.numpy(), out.numpy(),
             lse.numpy(), den.numpy(), H, D, _NP[dt](slope))
         ctx.g, ctx.dt, ctx.HD, ctx.slope = g, dt, (H, D), slope
@@ -464,7 +502,7 @@ class _GatFn(torch.autograd.Function):
         dz = torch.empty((N, F) if need_z else (N, 1), dtype=dt)
         dl = torch.empty((N, H), dtype=dt)
         csr = g.out_csr
-        get_kernel("gat", fn="gat_bwd")(
+        _launch(get_kernel("gat", fn="gat_bwd"), (E + N) * F,
             csr.chunks, csr.indptr, csr.indices, csr.eid, el2.numpy(), er2.numpy(), z2.numpy(),
             lse.numpy(), G.numpy(), delta.numpy(), dz.numpy(), dl.numpy(), draw.numpy(),
             H, D, npdt(slope), npdt(0), bool(need_z), bool(need_att))

@@ -53,16 +53,15 @@ def _run_one(op: str, params: dict, dtype: str) -> None:
                  "head": lambda: t(E, 2)}[bcast]()
         if msg == "copy_edge":
             w = t(E, 2, 2)
-        if params.get("blocked"):
-            ops.set_cache_blocking("on", 1)
+        prev = ops.set_cache_blocking("on", 1) if params.get("blocked") else ops.set_cache_blocking("off")
         try:
             ops.aggregate(g, x, w, msg, reduce, to).sum().backward()
         finally:
-            ops.set_cache_blocking("off")
+            ops.set_cache_blocking(*prev)
     elif op == "sddmm":
         ops.sddmm(g, t(N, 2, 2), t(N, 2, 2), params["op"]).sum().backward()
     elif op == "edge_softmax":
-        ops.edge_softmax(g, t(E, 2)).sum().backward(torch.rand(E, 2, dtype=dt))
+        ops.edge_softmax(g, t(E, 2)).backward(torch.rand(E, 2, dtype=dt))
     elif op == "gat_aggregate":
         ops.gat_aggregate(g, t(N, 2), t(N, 2), t(N, 2, 2), 0.2).backward(torch.rand(N, 2, 2, dtype=dt))
     else:
@@ -88,13 +87,18 @@ def _stamp(tasks: list) -> str:
 
 def warm(requests: list, dtypes=("float32",), processes: int | None = None, skip_if_done: bool = True) -> dict:
     """Compile every kernel that `requests` (forward and backward, in each of
-    `dtypes`) use into the disk cache, spread over `processes` worker
+    `dtypes`, or in the dtype a request names as its third element, e.g.
+    ("sddmm", {"op": "dot"}, torch.float64)) use into the disk cache, spread over `processes` worker
     processes (default: the CPU count; 1 or fewer: in this process).
     Returns {kernel: compile seconds} from the workers.  With skip_if_done,
     a stamp in the cache directory (keyed by the requests and this backend's
     source) skips work already done."""
     from gdsl.backends.numba import codegen
-    tasks = [[op, dict(params), str(dt).replace("torch.", "")] for op, params in requests for dt in dtypes]
+    tasks = []
+    for req in requests:
+        op, params, *own = req
+        for dt in (own or dtypes):
+            tasks.append([op, dict(params), str(dt).replace("torch.", "")])
     if not tasks:
         return {}
     stamp = codegen.cache_dir() / f"warm-{_stamp(tasks)}.stamp"

@@ -1,0 +1,471 @@
+"""The Numba backend's fused kernels against plain-torch references
+(index_add / scatter_reduce), with gradcheck in float64 for every variant.
+
+Numba compile time dominates a cold run (about 1.3 s of one core per
+parallel kernel and dtype, some 50 here): a module fixture compiles them all
+up front in parallel worker processes (gdsl.backends.numba.warm) into the
+disk cache, from which later runs only load.  Every variant is checked in
+float64 (forward and gradcheck), float32 on a subset that covers each kernel
+family.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as Fn
+
+pytest.importorskip("numba")
+
+from gdsl.backends.numba import (
+    COMPILE_TIMES,
+    CSRGraph,
+    aggregate,
+    edge_softmax,
+    gat_aggregate,
+    kernel_source,
+    sddmm,
+    set_cache_blocking,
+)
+from gdsl.backends.numba import ops as nops
+from gdsl.backends.numba.graph import balanced_chunks
+from gdsl.backends.numba.warm import warm
+
+F64 = torch.float64
+
+
+# --------------------------------------------------------------------------
+# graphs
+# --------------------------------------------------------------------------
+
+class G:
+    """Edges, CSR graph and a name."""
+
+    def __init__(self, name, src, dst, n, **kw):
+        self.name = name
+        self.src = torch.as_tensor(src, dtype=torch.int64)
+        self.dst = torch.as_tensor(dst, dtype=torch.int64)
+        self.n = n
+        self.e = int(self.src.numel())
+        self.g = CSRGraph.build(self.src, self.dst, n, **kw)
+
+    def __repr__(self):
+        return self.name
+
+
+def _small():
+    # self loops (1, 3, 4, 6), a duplicated edge (5 -> 2 twice), a vertex with
+    # out-edges only (0), vertices 7 and 8 isolated
+    src = [0, 1, 2, 3, 3, 4, 5, 5, 6, 2, 1, 0, 4, 0]
+    dst = [1, 1, 0, 3, 4, 4, 2, 2, 6, 5, 6, 3, 0, 5]
+    return G("small", src, dst, 9)
+
+
+def _hub():
+    # vertex 0 has 3000 in-edges (repeated sources); 29 is isolated
+    gen = torch.Generator().manual_seed(1)
+    hs = torch.randint(1, 29, (3000,), generator=gen)
+    rs = torch.randint(0, 29, (60,), generator=gen)
+    rd = torch.randint(1, 29, (60,), generator=gen)
+    return G("hub", torch.cat([hs, rs]), torch.cat([torch.zeros(3000, dtype=torch.int64), rd]), 30)
+
+
+def _empty():
+    return G("empty", [], [], 5)
+
+
+SMALL, HUB, EMPTY = _small(), _hub(), _empty()
+
+
+# --------------------------------------------------------------------------
+# references
+# --------------------------------------------------------------------------
+
+def _pad(w, nd):
+    return w.reshape(tuple(w.shape) + (1,) * (nd - w.dim()))
+
+
+def ref_aggregate(gr: G, x, w, msg, reduce, to):
+    col, row = (gr.src, gr.dst) if to == "dst" else (gr.dst, gr.src)
+    if msg == "copy_edge":
+        m = w
+    else:
+        xs = x[col]
+        if msg == "copy_src":
+            m = xs
+        else:
+            wb = _pad(w, xs.dim())
+            m = {"add": xs + wb, "sub": xs - wb, "mul": xs * wb, "div": xs / wb}[msg]
+    out = m.new_zeros((gr.n,) + tuple(m.shape[1:]))
+    if reduce in ("sum", "mean"):
+        out = out.index_add(0, row, m)
+        if reduce == "mean":
+            deg = torch.bincount(row, minlength=gr.n).clamp(min=1).to(m.dtype)
+            out = out / _pad(deg, out.dim())
+        return out
+    idx = _pad(row, m.dim()).expand_as(m)
+    return out.scatter_reduce(0, idx, m, "amax" if reduce == "max" else "amin", include_self=False)
+
+
+def ref_edge_softmax(gr: G, s):
+    idx = _pad(gr.dst, s.dim()).expand_as(s)
+    mx = s.new_full((gr.n,) + tuple(s.shape[1:]), float("-inf")).scatter_reduce(
+        0, idx, s.detach(), "amax", include_self=True)
+    e = torch.exp(s - mx[gr.dst])
+    den = e.new_zeros((gr.n,) + tuple(s.shape[1:])).index_add(0, gr.dst, e)
+    return e / den[gr.dst]
+
+
+def ref_gat(gr: G, el, er, z, slope):
+    a = ref_edge_softmax(gr, Fn.leaky_relu(el[gr.src] + er[gr.dst], slope))
+    return z.new_zeros(z.shape).index_add(0, gr.dst, a.unsqueeze(-1) * z[gr.src])
+
+
+def ref_sddmm(gr: G, a, b, op):
+    au, bv = a[gr.src], b[gr.dst]
+    if op == "dot":
+        return (au * bv).sum(-1)
+    return {"add": au + bv, "sub": au - bv, "mul": au * bv, "div": au / bv}[op]
+
+
+# --------------------------------------------------------------------------
+# inputs
+# --------------------------------------------------------------------------
+
+# broadcast kinds: x feature shape, w feature shape
+SHAPES = {
+    "copy_src": ((2, 3), None),
+    "copy_edge": (None, (3,)),
+    "scalar": ((3, 2), ()),          # w [E], broadcast over all feature axes
+    "head": ((2, 3), (2,)),          # w [E, H] with x [N, H, D]
+    "full": ((4,), (4,)),            # w [E, *fs]
+}
+
+
+def make_inputs(gr: G, kind, msg, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    xs, ws = SHAPES[kind]
+    x = torch.randn((gr.n,) + xs, generator=gen, dtype=F64).to(dtype) if xs is not None else None
+    w = None
+    if ws is not None:
+        w = torch.randn((gr.e,) + ws, generator=gen, dtype=F64)
+        if msg == "div":   # keep away from 0
+            w = torch.sign(w) * (0.5 + w.abs())
+        w = w.to(dtype)
+    return x, w
+
+
+def _variants():
+    out = []
+    for reduce, to in itertools.product(("sum", "max", "min", "mean"), ("dst", "src")):
+        out.append(("copy_src", reduce, to, "copy_src"))
+        out.append(("copy_edge", reduce, to, "copy_edge"))
+        for msg, kind in itertools.product(("add", "sub", "mul", "div"), ("scalar", "head", "full")):
+            out.append((msg, reduce, to, kind))
+    return out
+
+
+VARIANTS = _variants()
+
+
+def _warm_requests():
+    bk = {"copy_src": "none", "copy_edge": "none", "scalar": "scalar", "head": "head", "full": "full"}
+    f64 = sorted({(m, "sum" if r == "mean" else r, k) for m, r, _, k in VARIANTS})
+    req64 = [("aggregate", {"msg": m, "reduce": r, "bcast": bk[k]}) for m, r, k in f64]
+    req64 += [("aggregate", {"msg": "copy_src", "reduce": "sum", "index_dtype": "int64"}),
+              ("aggregate", {"msg": "copy_src", "reduce": "sum", "blocked": True}),
+              ("aggregate", {"msg": "mul", "reduce": "sum", "bcast": "head", "blocked": True})]
+    req64 += [("sddmm", {"op": o}) for o in ("dot", "add", "sub", "mul", "div")]
+    req64 += [("edge_softmax", {}), ("gat_aggregate", {})]
+    req32 = [("aggregate", {"msg": m, "reduce": "sum" if r == "mean" else r, "bcast": bk[k]})
+             for m, r, _, k in F32_VARIANTS]
+    req32 += [("sddmm", {"op": "dot"}), ("edge_softmax", {}), ("gat_aggregate", {})]
+    return req64, req32
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _warm_kernels():
+    """Compile this file's kernels in parallel processes (a no-op once cached).
+    The small graphs run their kernels on one thread (cheap launches for
+    gradcheck's many calls), the hub graph's go parallel over its chunks."""
+    req64, req32 = _warm_requests()
+    reqs = [(*r, torch.float64) for r in req64] + [(*r, torch.float32) for r in req32]
+    warm(reqs, processes=min(2, os.cpu_count() or 1))
+    saved = nops.SERIAL_BELOW
+    nops.SERIAL_BELOW = 2048
+    yield
+    nops.SERIAL_BELOW = saved
+
+
+def _vid(v):
+    return "-".join(v)
+
+
+# --------------------------------------------------------------------------
+# aggregate
+# --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=_vid)
+def test_aggregate_float64(variant):
+    msg, reduce, to, kind = variant
+    for gr in (SMALL, HUB, EMPTY):
+        x, w = make_inputs(gr, kind, msg, F64)
+        got = aggregate(gr.g, x, w, msg, reduce, to)
+        want = ref_aggregate(gr, x, w, msg, reduce, to)
+        assert got.shape == want.shape and got.dtype == F64
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+
+        inputs = tuple(t.requires_grad_() for t in (x, w) if t is not None)
+
+        def f(*ts, gr=gr, has_x=x is not None, has_w=w is not None):
+            it = iter(ts)
+            xx = next(it) if has_x else None
+            ww = next(it) if has_w else None
+            return aggregate(gr.g, xx, ww, msg, reduce, to)
+        # full Jacobians on the small graph for to=dst; random projections
+        # (fast mode) otherwise: each kernel launch costs tens of microseconds
+        # and the hub's 3000 edges make full Jacobians slow
+        assert torch.autograd.gradcheck(f, inputs, fast_mode=not (gr is SMALL and to == "dst"))
+
+
+F32_VARIANTS = [("copy_src", "sum", "dst", "copy_src"), ("copy_src", "max", "src", "copy_src"),
+                ("mul", "sum", "dst", "head"), ("mul", "mean", "src", "scalar"), ("div", "max", "dst", "full")]
+
+
+@pytest.mark.parametrize("variant", F32_VARIANTS, ids=_vid)
+def test_aggregate_float32(variant):
+    msg, reduce, to, kind = variant
+    for gr in (SMALL, HUB):
+        x, w = make_inputs(gr, kind, msg, torch.float32, seed=3)
+        got = aggregate(gr.g, x, w, msg, reduce, to)
+        assert got.dtype == torch.float32
+        want = ref_aggregate(gr, *(t.double() if t is not None else None for t in (x, w)), msg, reduce, to)
+        # float32 sums over the hub's 3000 in-edges: sequential rounding error
+        # grows with the degree (torch's index_add has the same)
+        tol = {"rtol": 1e-4, "atol": 2e-2} if gr is HUB else {"rtol": 1e-5, "atol": 1e-5}
+        torch.testing.assert_close(got.double(), want, **tol)
+        # float32 backward against autograd of the reference
+        xr = x.clone().requires_grad_() if x is not None else None
+        wr = w.clone().requires_grad_() if w is not None else None
+        xn = x.clone().requires_grad_() if x is not None else None
+        wn = w.clone().requires_grad_() if w is not None else None
+        gout = torch.randn(got.shape)
+        ref_aggregate(gr, xr, wr, msg, reduce, to).backward(gout)
+        aggregate(gr.g, xn, wn, msg, reduce, to).backward(gout)
+        for a, b in ((xn, xr), (wn, wr)):
+            if a is not None:
+                assert a.grad.dtype == torch.float32
+                torch.testing.assert_close(a.grad, b.grad, **tol)
+
+
+def test_aggregate_needs_input_grad(monkeypatch):
+    """No gradient (and no kernel) for inputs that do not need one."""
+    x, w = make_inputs(SMALL, "head", "mul", F64)
+    x.requires_grad_()
+
+    def boom(*a, **k):
+        raise AssertionError("d w computed although w needs no gradient")
+    monkeypatch.setattr(nops, "sddmm_raw", boom)
+    out = aggregate(SMALL.g, x, w, "mul", "sum")
+    out.sum().backward()
+    assert x.grad is not None and w.grad is None
+
+    x2, w2 = make_inputs(SMALL, "head", "mul", F64)
+    w2.requires_grad_()
+    calls = []
+    real = nops.agg_raw
+
+    def spy(*a, **k):
+        calls.append(a[3])
+        return real(*a, **k)
+    monkeypatch.undo()  # sddmm_raw back: d w needs it
+    monkeypatch.setattr(nops, "agg_raw", spy)
+    aggregate(SMALL.g, x2, w2, "mul", "sum").sum().backward()
+    assert calls == ["mul"]  # the forward only: d x was not computed
+    assert x2.grad is None and w2.grad is not None
+
+
+def test_aggregate_rejects_bad_shapes():
+    x, w = make_inputs(SMALL, "full", "mul", F64)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        aggregate(SMALL.g, x, w[:, :3], "mul", "sum")
+    with pytest.raises(ValueError, match="unknown message"):
+        aggregate(SMALL.g, x, w, "pow", "sum")
+    with pytest.raises(ValueError, match="rows"):
+        aggregate(SMALL.g, x[:3], w, "mul", "sum")
+
+
+def test_int64_indices():
+    g64 = CSRGraph.build(HUB.src, HUB.dst, HUB.n, index_dtype=np.int64)
+    assert g64.in_csr.indices.dtype == np.int64 and HUB.g.in_csr.indices.dtype == np.int32
+    x, _ = make_inputs(HUB, "copy_src", "copy_src", F64)
+    torch.testing.assert_close(aggregate(g64, x, None, "copy_src", "sum"),
+                               ref_aggregate(HUB, x, None, "copy_src", "sum", "dst"))
+
+
+def test_cache_blocked_aggregate():
+    """DistGNN Alg. 2 kernels (used in "auto" mode only when x outgrows the
+    cache, so forced on here) agree with the reference."""
+    prev = set_cache_blocking("on")
+    try:
+        for block in (1, 4, 7, 100):
+            set_cache_blocking("on", block)
+            for gr in (SMALL, HUB):
+                x, w = make_inputs(gr, "head", "mul", F64, seed=5)
+                for msg, ww in (("copy_src", None), ("mul", w)):
+                    for reduce in ("sum", "mean"):
+                        torch.testing.assert_close(aggregate(gr.g, x, ww, msg, reduce),
+                                                   ref_aggregate(gr, x, ww, msg, reduce, "dst"))
+        assert any(k.startswith("aggregate_blocked_") for k in COMPILE_TIMES)
+    finally:
+        set_cache_blocking(*prev)
+
+
+def test_cache_blocking_auto_follows_the_cache_model(monkeypatch):
+    """auto mode blocks only when the active source rows outgrow half the
+    last-level cache; pretend the cache holds 8 rows of the hub's x."""
+    x, _ = make_inputs(HUB, "copy_src", "copy_src", F64)
+    row = x[0].numel() * 8
+    assert nops.block_size_for(HUB.g.in_csr, row) is None  # real cache: fits
+    monkeypatch.setattr(nops, "_cache_bytes", lambda: 16 * row)
+    assert nops.block_size_for(HUB.g.in_csr, row) == 8
+    csr = HUB.g.in_csr
+    used = []
+    real = csr.blocked
+    monkeypatch.setattr(csr, "blocked", lambda b: used.append(b) or real(b))
+    prev = set_cache_blocking("auto")
+    try:
+        torch.testing.assert_close(aggregate(HUB.g, x, None, "copy_src", "sum"),
+                                   ref_aggregate(HUB, x, None, "copy_src", "sum", "dst"))
+        assert used == [8]
+        aggregate(HUB.g, x, None, "copy_src", "max")  # max/min are never blocked
+        assert used == [8]
+    finally:
+        set_cache_blocking(*prev)
+
+
+def test_balanced_chunks():
+    deg = np.array([0, 5, 3000, 1, 1, 0, 7] + [2] * 500)
+    b = balanced_chunks(deg, nthreads=2, per_thread=8, min_work=16)
+    assert b[0] == 0 and b[-1] == deg.size and np.all(np.diff(b) > 0)
+    cost = np.add.reduceat(deg + 1, b[:-1])
+    # every chunk but the one holding the 3000-edge row is near the mean
+    assert cost.max() == cost[np.searchsorted(b, 2, side="right") - 1]
+    assert HUB.g.in_csr.chunks.shape[0] > 2  # small tests still cross chunk borders
+    assert balanced_chunks(np.zeros(0, np.int64)).tolist() == [0]
+
+
+# --------------------------------------------------------------------------
+# sddmm, edge softmax, GAT
+# --------------------------------------------------------------------------
+
+SDDMM_CASES = [("dot", (2, 3)), ("dot", (4,)), ("add", (2,)), ("sub", (2, 2)), ("mul", (3,)), ("div", (2,))]
+
+
+@pytest.mark.parametrize("op,fs", SDDMM_CASES, ids=[f"{o}-{'x'.join(map(str, f))}" for o, f in SDDMM_CASES])
+def test_sddmm(op, fs):
+    for gr in (SMALL, HUB, EMPTY):
+        gen = torch.Generator().manual_seed(2)
+        a = torch.randn((gr.n,) + fs, generator=gen, dtype=F64)
+        b = torch.randn((gr.n,) + fs, generator=gen, dtype=F64)
+        if op == "div":
+            b = torch.sign(b) * (0.5 + b.abs())
+        torch.testing.assert_close(sddmm(gr.g, a, b, op), ref_sddmm(gr, a, b, op))
+        a.requires_grad_()
+        b.requires_grad_()
+        assert torch.autograd.gradcheck(lambda p, q, gr=gr: sddmm(gr.g, p, q, op), (a, b), fast_mode=gr is HUB)
+        # only one side needs a gradient
+        a2 = a.detach().clone().requires_grad_()
+        sddmm(gr.g, a2, b.detach(), op).sum().backward()
+        assert a2.grad is not None
+
+
+def test_sddmm_float32():
+    gen = torch.Generator().manual_seed(4)
+    a = torch.randn(HUB.n, 3, 8, generator=gen)
+    b = torch.randn(HUB.n, 3, 8, generator=gen)
+    torch.testing.assert_close(sddmm(HUB.g, a, b, "dot"), ref_sddmm(HUB, a, b, "dot"), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("hs", [(), (3,), (2, 2)], ids=["E", "ExH", "Ex2x2"])
+def test_edge_softmax(hs):
+    for gr in (SMALL, HUB, EMPTY):
+        gen = torch.Generator().manual_seed(6)
+        s = (3 * torch.randn((gr.e,) + hs, generator=gen, dtype=F64)).requires_grad_()
+        got = edge_softmax(gr.g, s)
+        torch.testing.assert_close(got, ref_edge_softmax(gr, s))
+        assert torch.autograd.gradcheck(lambda t, gr=gr: edge_softmax(gr.g, t), (s,), fast_mode=gr is HUB)
+    s32 = (10 * torch.randn(HUB.e, 3)).requires_grad_()
+    y = edge_softmax(HUB.g, s32)
+    torch.testing.assert_close(y, ref_edge_softmax(HUB, s32), rtol=1e-5, atol=1e-6)
+    gout = torch.randn(HUB.e, 3)
+    (gn,) = torch.autograd.grad(y, s32, gout)
+    (gr_,) = torch.autograd.grad(ref_edge_softmax(HUB, s32), s32, gout)
+    torch.testing.assert_close(gn, gr_, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("H,D", [(1, 3), (3, 2)])
+def test_gat_aggregate(H, D):
+    slope = 0.2
+    for gr in (SMALL, HUB, EMPTY):
+        gen = torch.Generator().manual_seed(7)
+        el = (2 * torch.randn(gr.n, H, generator=gen, dtype=F64)).requires_grad_()
+        er = (2 * torch.randn(gr.n, H, generator=gen, dtype=F64)).requires_grad_()
+        z = torch.randn(gr.n, H, D, generator=gen, dtype=F64).requires_grad_()
+        torch.testing.assert_close(gat_aggregate(gr.g, el, er, z, slope), ref_gat(gr, el, er, z, slope))
+        assert torch.autograd.gradcheck(lambda a, b, c, gr=gr: gat_aggregate(gr.g, a, b, c, slope), (el, er, z),
+                                        fast_mode=gr is HUB)
+        # subsets of inputs needing gradients
+        for need in ((False, False, True), (True, False, False), (False, True, False)):
+            ts = [t.detach().clone().requires_grad_(n) for t, n in zip((el, er, z), need)]
+            gout = torch.randn(gr.n, H, D, generator=gen, dtype=F64)
+            gat_aggregate(gr.g, *ts, slope).backward(gout)
+            refs = [t.detach().clone().requires_grad_(n) for t, n in zip((el, er, z), need)]
+            ref_gat(gr, *refs, slope).backward(gout)
+            for t, r, n in zip(ts, refs, need):
+                assert (t.grad is None) == (not n)
+                if n:
+                    torch.testing.assert_close(t.grad, r.grad)
+
+
+def test_gat_float32_large_degree():
+    gen = torch.Generator().manual_seed(8)
+    H, D = 4, 8
+    el = (3 * torch.randn(HUB.n, H, generator=gen)).requires_grad_()
+    er = (3 * torch.randn(HUB.n, H, generator=gen)).requires_grad_()
+    z = torch.randn(HUB.n, H, D, generator=gen).requires_grad_()
+    got = gat_aggregate(HUB.g, el, er, z, 0.2)
+    want = ref_gat(HUB, el, er, z, 0.2)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    gout = torch.randn(HUB.n, H, D, generator=gen)
+    gn = torch.autograd.grad(got, (el, er, z), gout)
+    gr_ = torch.autograd.grad(want, (el, er, z), gout)
+    for a, b in zip(gn, gr_):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+# --------------------------------------------------------------------------
+# source and compile accounting
+# --------------------------------------------------------------------------
+
+def test_kernel_source_and_compile_times():
+    src = kernel_source("aggregate", msg="mul", reduce="max", bcast="w")
+    assert "@njit(parallel=True, cache=True, fastmath=False)" in src
+    assert "prange(chunks.shape[0] - 1)" in src
+    assert "t = xu[d] * s" in src and "if t > o[d]:" in src
+    assert "xu[d] + " not in src  # the message op is a constant of the text
+    assert "hb = h * D" in kernel_source("aggregate", msg="div", reduce="sum", bcast="w")
+    assert "for b in range(nb):" in kernel_source("aggregate", msg="copy_src", reduce="sum", blocked=True)
+    assert "def sddmm_dot" in kernel_source("sddmm", op="dot")
+    assert "def edge_softmax_bwd" in kernel_source("edge_softmax")
+    gat = kernel_source("gat_aggregate")
+    assert "def gat_fwd" in gat and "def gat_bwd" in gat and "math.exp(m[h] - r)" in gat
+    with pytest.raises(ValueError):
+        kernel_source("aggregate", msg="copy_src", reduce="prod")
+    # the kernels used above were recorded with their compile (or load) time
+    aggregate(SMALL.g, torch.randn(SMALL.n, 2, dtype=F64), None, "copy_src", "sum")
+    assert any(k.startswith("aggregate_copy_src_sum_none[float64") for k in COMPILE_TIMES)
+    assert all(v >= 0 for v in COMPILE_TIMES.values())
