@@ -55,7 +55,7 @@ class Program:
 
     def module(self, graph: Graph, backend: str | None = None) -> nn.Module:
         """The program bound to `graph` as a `torch.nn.Module` on `backend`
-        (default: the schedule's target, else numba when installed)."""
+        (default: numba when the schedule says `target = cpu`, else reference)."""
         backend = backend or self.default_backend
         if backend not in BACKENDS:
             raise GdslError(f"unknown backend '{backend}' (available: {', '.join(BACKENDS)})")

@@ -53,8 +53,7 @@ def test_fused_equals_unfused(path):
             assert x is None and y is None
         else:
             torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
-    assert not any(op.name == "gather" for op in ir.main.ops) or path.stem in ("pna_lite",), \
-        "every gather of these programs has a fusable form"
+    assert not any(op.name == "gather" for op in ir.main.ops), "every gather of these programs has a fusable form"
 
 
 def test_what_fuses_in_the_examples():
