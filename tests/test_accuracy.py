@@ -48,3 +48,16 @@ def test_sage_full_batch(cora):
     acc = _final_test("sage.gd", cora, 0)
     print(f"sage.gd: test accuracy {acc:.4f}")
     assert acc >= 0.77
+
+
+@pytest.mark.parametrize("program", ["gcn.gd", "gat.gd"])
+def test_numba_backend_reaches_the_same_accuracy(program, cora):
+    pytest.importorskip("numba")
+    prog = gdsl.compile(ROOT / "programs" / program)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = train(prog, cora, seed=0, backend="reference").final
+        nb = train(prog, cora, seed=0, backend="numba").final
+    print(f"{program}: reference {ref['test_acc']:.4f}, numba {nb['test_acc']:.4f}")
+    assert abs(ref["test_acc"] - nb["test_acc"]) <= 0.01
+    assert abs(ref["loss"] - nb["loss"]) <= 0.05 * max(ref["loss"], 1e-3) + 1e-3
