@@ -87,23 +87,30 @@ def cmd_passes(args) -> int:
     return 0
 
 
+def _data_dims(source: str, args) -> tuple[dict[str, int], int]:
+    """Dims bound from `--data`, and E as the program sees it (after its graph options)."""
+    from gdsl.compiler import front
+    from gdsl.graph.io import load_graph
+    from gdsl.runtime.binding import bind_dims
+
+    _, checked = front(source, args.program, args.train)
+    g = load_graph(args.data)
+    opts = checked.graph_options
+    edges = g.with_options(self_loops=opts.get("self_loops", False), symmetric=opts.get("symmetric", False)).num_edges
+    return bind_dims(checked, g), edges
+
+
 def cmd_plan(args, parser) -> int:
-    from gdsl.compiler import compile_source, front, read_source
+    from gdsl.compiler import compile_source, read_source
     from gdsl.cost.choose import NoPlanFits
     from gdsl.planning import parse_bytes, plan
 
     if args.np_ < 1:
         parser.error("--np must be at least 1")
     source = read_source(args.program)
-    _, checked = front(source, args.program, args.train)
     dims: dict[str, int] = {}
     if args.data:
-        from gdsl.graph.io import load_graph
-        from gdsl.runtime.binding import bind_dims
-        g = load_graph(args.data)
-        dims = bind_dims(checked, g)
-        opts = checked.graph_options
-        dims["E"] = g.with_options(self_loops=opts.get("self_loops", False), symmetric=opts.get("symmetric", False)).num_edges
+        dims, dims["E"] = _data_dims(source, args)
     for kv in (args.dims or "").split(","):
         if kv.strip():
             k, sep, v = kv.partition("=")
@@ -160,14 +167,7 @@ def cmd_compile(args, parser) -> int:
     if args.np_ is not None and (args.np_ < 1 or not args.data):
         parser.error("--np needs a positive P and --data (use `gdsl plan` for symbolic sizes)")
     if args.data:
-        from gdsl.compiler import front
-        from gdsl.graph.io import load_graph
-        from gdsl.runtime.binding import bind_dims
-        _, checked = front(source, args.program, args.train)
-        g = load_graph(args.data)
-        dims = bind_dims(checked, g)
-        opts = checked.graph_options
-        edges = g.with_options(self_loops=opts.get("self_loops", False), symmetric=opts.get("symmetric", False)).num_edges
+        dims, edges = _data_dims(source, args)
     dump_dir = Path(args.dump_dir) if args.dump_dir else None
     if dump_dir:
         dump_dir.mkdir(parents=True, exist_ok=True)
