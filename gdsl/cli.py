@@ -59,6 +59,18 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--mem-per-rank", metavar="BYTES", help="memory budget per rank, e.g. 4G")
     pl.add_argument("--approximate", action="store_true", help="also consider delayed (approximate) plans")
     pl.add_argument("--json", metavar="FILE", help="write the candidates and the choice to FILE")
+    pl.add_argument("--profile", metavar="FILE", help="machine profile JSON (default: $GDSL_PROFILE, else "
+                    "~/.config/gdsl/profile.json when `gdsl calibrate` wrote one, else the built-in default)")
+
+    ca = sub.add_parser("calibrate", help="measure this machine's alpha, beta and kernel rates into a profile")
+    ca.add_argument("--out", metavar="FILE", help="where to write the profile (default: $GDSL_PROFILE, else "
+                    "~/.config/gdsl/profile.json, which `gdsl plan` then uses)")
+    ca.add_argument("--np", type=int, default=2, dest="np_", metavar="P", help="MPI ranks for the ping-pong and "
+                    "allreduce (default 2)")
+    ca.add_argument("--backend", choices=("reference", "numba", "all"), default="all",
+                    help="whose SpMM rate to measure (default all)")
+    ca.add_argument("--quick", action="store_true", help="fewer sizes and a smaller graph (seconds, not a minute)")
+    ca.add_argument("--json", action="store_true", help="print the whole profile as JSON instead of the table")
 
     sub.add_parser("passes", help="list the compiler passes in pipeline order")
     return p
@@ -121,8 +133,10 @@ def cmd_plan(args, parser) -> int:
     lowered = compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser),
                              train=args.train, stop_after="lower").module
     mem = parse_bytes(args.mem_per_rank) if args.mem_per_rank else None
+    from gdsl.cost.profile import describe_profile, load_profile
+    profile = load_profile(args.profile)
     try:
-        result = plan(lowered, {**dims, **row}, args.np_, mem, args.approximate)
+        result = plan(lowered, {**dims, **row}, args.np_, mem, args.approximate, profile=profile)
     except NoPlanFits as e:
         raise GdslError(str(e)) from None
     widths = ", ".join(str(w) for w in result.widths)
@@ -135,6 +149,7 @@ def cmd_plan(args, parser) -> int:
             cost = getattr(st, name)(result.problem)
             print(f"\n{cost.describe()}")
         return 0
+    print(describe_profile(profile))
     print(result.choice.table())
     print("\n* chosen  P Pareto (time vs memory)  ! over the memory per rank")
     print(f"choice: {result.choice.best.name}\nwhy: {result.choice.reason}")
@@ -144,11 +159,37 @@ def cmd_plan(args, parser) -> int:
         Path(args.json).write_text(json.dumps({
             "P": args.np_, "widths": [int(w) for w in result.widths], **row,
             "choice": result.choice.best.name, "reason": result.choice.reason,
+            "profile": {"name": profile.name, "path": profile.path or None, "alpha": profile.alpha,
+                        "beta": profile.beta, "gamma_spmm": profile.gamma_spmm, "gamma_gemm": profile.gamma_gemm},
             "candidates": [{"plan": c.name, "time": c.time, "compute": c.compute, "comm": c.comm,
                             "words_per_rank": float(c.cost.words), "messages_per_rank": float(c.cost.messages),
                             "memory_per_rank": c.memory_bytes, "fits": c.fits,
                             "pareto": any(c is p for p in result.choice.pareto)} for c in result.choice.candidates],
         }, indent=2) + "\n")
+    return 0
+
+
+def cmd_calibrate(args, parser) -> int:
+    import json
+
+    from gdsl.cost.calibrate import BACKENDS, calibrate, summary, write_profile
+
+    if args.np_ < 2:
+        parser.error("--np must be at least 2 (the ping-pong needs two ranks)")
+    backends = BACKENDS if args.backend == "all" else (args.backend,)
+    if args.backend == "all":
+        import importlib.util
+        if importlib.util.find_spec("numba") is None:
+            print("gdsl calibrate: numba is not installed; measuring the reference backend only", file=sys.stderr)
+            backends = ("reference",)
+    profile = calibrate(args.np_, backends, args.quick,
+                        progress=lambda msg: print(f"gdsl calibrate: {msg}", file=sys.stderr))
+    path = write_profile(profile, args.out)
+    if args.json:
+        print(json.dumps(profile, indent=2))
+        print(f"wrote {path}", file=sys.stderr)
+    else:
+        print(summary(profile, path))
     return 0
 
 
@@ -264,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_compile(args, parser)
         if args.cmd == "plan":
             return cmd_plan(args, parser)
+        if args.cmd == "calibrate":
+            return cmd_calibrate(args, parser)
         return cmd_run(args, parser)
     except CompileError as e:
         print(render_all(e), file=sys.stderr)

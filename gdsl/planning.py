@@ -15,6 +15,7 @@ import sympy
 from gdsl.cost import choose
 from gdsl.cost.choose import Choice
 from gdsl.cost.problem import Problem
+from gdsl.cost.profile import Profile, load_profile
 from gdsl.diagnostics import GdslError
 from gdsl.ir.core import Module
 
@@ -33,17 +34,22 @@ class Plan:
     problem: Problem
     choice: Choice | None       # None when the sizes are symbolic
     widths: list
+    profile: Profile | None = None   # the machine profile the choice was priced on
 
 
 def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float | None = None,
-         allow_approximate: bool = False) -> Plan:
+         allow_approximate: bool = False, profile: Profile | None = None) -> Plan:
+    """The cost model's choice for P ranks, priced on `profile` (default:
+    load_profile(), i.e. the calibrated profile when there is one)."""
     widths = layer_widths(lowered)
     numeric = all(sympy.sympify(w).is_number for w in widths) and "N" in dims and "E" in dims
     if not numeric:
         pb = Problem(P=P, widths=tuple(widths))
         return Plan(pb, None, widths)
     pb = Problem(N=dims["N"], E=dims["E"], P=P, widths=tuple(int(w) for w in widths))
-    return Plan(pb, choose(pb, memory_per_rank, allow_approximate=allow_approximate), widths)
+    profile = load_profile() if profile is None else profile
+    return Plan(pb, choose(pb, memory_per_rank, allow_approximate=allow_approximate, profile=profile), widths,
+                profile)
 
 
 def parse_bytes(text: str) -> float:

@@ -8,7 +8,11 @@ model"). A strategy whose communication overlaps computation (DistGNN cd-r,
 """
 from __future__ import annotations
 
+import json
+import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import sympy
 
@@ -27,6 +31,7 @@ class Profile:
     gamma_spmm: float
     gamma_gemm: float
     source: str = ""
+    path: str = ""          # the file it was loaded from ("" for a built-in profile)
 
     def values(self) -> dict:
         return {sy.alpha: self.alpha, sy.beta: self.beta,
@@ -73,6 +78,97 @@ SUMMIT_V100_PROFILE = Profile(
 )
 
 PROFILES = {p.name: p for p in (DEFAULT_PROFILE, SUMMIT_V100_PROFILE)}
+
+# ---------------------------------------------------------------------------
+# Profile files (written by `gdsl calibrate`, gdsl/cost/calibrate.py)
+# ---------------------------------------------------------------------------
+
+PROFILE_KEYS = ("alpha", "beta", "gamma_spmm", "gamma_gemm")
+
+
+def default_profile_path() -> Path:
+    """$GDSL_PROFILE if set, else $XDG_CONFIG_HOME/gdsl/profile.json (~/.config by default)."""
+    env = os.environ.get("GDSL_PROFILE")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base).expanduser() / "gdsl" / "profile.json"
+
+
+def profile_from_dict(data, where: str = "<profile>", backend: str | None = None) -> Profile:
+    """A Profile from a profile file's JSON object; GdslError naming `where` and
+    the problem when it is not one. `backend` takes gamma_spmm and gamma_gemm
+    from ``per_backend[backend]`` instead of the top level."""
+    from gdsl.diagnostics import GdslError
+
+    def bad(msg: str) -> GdslError:
+        return GdslError(f"{where}: not a valid gdsl profile: {msg} (rerun `gdsl calibrate`, or remove the file "
+                         f"to use the built-in default)")
+
+    if not isinstance(data, dict):
+        raise bad(f"expected a JSON object, got {type(data).__name__}")
+    src = dict(data)
+    if backend is not None:
+        per = data.get("per_backend")
+        if not isinstance(per, dict) or not isinstance(per.get(backend), dict):
+            have = ", ".join(sorted(per)) if isinstance(per, dict) else "none"
+            raise bad(f"no rates for backend '{backend}' under per_backend (has: {have})")
+        src.update({k: per[backend][k] for k in ("gamma_spmm", "gamma_gemm") if k in per[backend]})
+    missing = [k for k in PROFILE_KEYS if k not in src]
+    if missing:
+        raise bad(f"missing {', '.join(missing)}")
+    vals = {}
+    for k in PROFILE_KEYS:
+        v = src[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise bad(f"{k} must be a number, got {json.dumps(v)}")
+        if not math.isfinite(v) or v <= 0:
+            raise bad(f"{k} must be positive and finite, got {v}")
+        vals[k] = float(v)
+    name = data.get("name") or Path(where).stem
+    source = data.get("source") or ""
+    if data.get("date"):
+        source = f"{source}, {data['date']}" if source else str(data["date"])
+    return Profile(name=str(name), source=str(source), path=str(where), **vals)
+
+
+def load_profile(path=None, backend: str | None = None) -> Profile:
+    """The machine profile: `path` if given (it must exist), else the default
+    location (:func:`default_profile_path`) when that file exists, else
+    DEFAULT_PROFILE. A file that is not a valid profile is a GdslError that
+    names it and says what is wrong."""
+    from gdsl.diagnostics import GdslError
+
+    if path is not None:
+        p = Path(path).expanduser()
+        if not p.exists():
+            raise GdslError(f"{p}: no such profile file (make one with `gdsl calibrate --out {p}`)")
+    else:
+        p = default_profile_path()
+        if not p.exists():
+            return DEFAULT_PROFILE
+    try:
+        text = p.read_text()
+    except IsADirectoryError:
+        raise GdslError(f"{p}: is a directory, not a profile file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise GdslError(f"{p}: cannot read the profile: {getattr(e, 'strerror', None) or e}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise GdslError(f"{p}: not a valid gdsl profile: invalid JSON ({e.msg} at line {e.lineno} column {e.colno}) "
+                        f"(rerun `gdsl calibrate`, or remove the file to use the built-in default)") from None
+    return profile_from_dict(data, str(p), backend)
+
+
+def describe_profile(profile: Profile) -> str:
+    """One line saying which profile a prediction used."""
+    if profile.path:
+        return f"profile: {profile.name} from {profile.path}" + (f" ({profile.source})" if profile.source else "")
+    if profile is DEFAULT_PROFILE or profile == DEFAULT_PROFILE:
+        return (f"profile: {profile.name} (built-in default; `gdsl calibrate` measures this machine into "
+                f"{default_profile_path()})")
+    return f"profile: {profile.name} (built-in)"
 
 
 def compute_time(cost: Cost) -> Expr:
