@@ -82,6 +82,7 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
     check_masks(program.compiled.checked, graph)
     torch.manual_seed(seed)
     model = program.module(graph, backend=backend)
+    model.dropout_seed = seed
     if not any(p.requires_grad for p in model.parameters()):
         raise GdslError(f"{program.file}: model '{cfg.model}' has no params to train (declare a param in one of its layers)")
     opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())

@@ -93,17 +93,10 @@ class ReferenceModule(nn.Module):
         self.gd = GraphData(graph, module.attrs.get("graph", {}))
         self.register_buffer("src_index", self.gd.src, persistent=False)
         self.register_buffer("dst_index", self.gd.dst, persistent=False)
-        self._params: dict[str, nn.Parameter] = {}
+        self._create_params(module)
         self._consts: dict[Op, torch.Tensor] = {}
         for op in module.main.ops:
-            if op.name == "param":
-                scope, _, pname = op.attrs["name"].rpartition(".")
-                holder = self if not scope else self._holder(scope)
-                shape = tuple(int(d) for d in op.result.type.shape)
-                p = nn.Parameter(init_param(shape, op.attrs["init"]))
-                holder.register_parameter(pname, p)
-                self._params[op.attrs["name"]] = p
-            elif op.name == "vertex_const":
+            if op.name == "vertex_const":
                 self._consts[op] = self.gd.vertex_const(op.attrs["expr"])
             elif op.name == "edge_const":
                 self._consts[op] = self.gd.edge_const(op.attrs["expr"])
@@ -114,6 +107,21 @@ class ReferenceModule(nn.Module):
                                    if op.name == "input" and op.result.type.domain == "vertex"
                                    and op.result.type.dtype == "f32"), None)
         self.loss_op = next((op for op in module.main.ops if op.name == "loss"), None)
+
+    def _create_params(self, module: Module) -> None:
+        """One nn.Parameter per `param` op, initialised in op order from torch's
+        global generator (so every backend and every rank draws the same values)."""
+        self._params: dict[str, nn.Parameter] = {}
+        self.dropout_seed, self.step = 0, 0
+        self._op_index = {op: i for i, op in enumerate(module.main.ops)}
+        for op in module.main.ops:
+            if op.name == "param":
+                scope, _, pname = op.attrs["name"].rpartition(".")
+                holder = self if not scope else self._holder(scope)
+                shape = tuple(int(d) for d in op.result.type.shape)
+                p = nn.Parameter(init_param(shape, op.attrs["init"]))
+                holder.register_parameter(pname, p)
+                self._params[op.attrs["name"]] = p
 
     def _plan_spmm(self, module: Module) -> dict[Op, torch.Tensor]:
         """`aggregate[reduce=sum]` of `src.x` (times a constant per-edge scalar)
@@ -159,6 +167,8 @@ class ReferenceModule(nn.Module):
         return g.ndata[name]
 
     def forward(self, x: torch.Tensor | None = None) -> torch.Tensor:
+        if self.training:
+            self.step += 1
         env: dict[Value, object] = {}
         for op in self.ir.main.ops:
             if op.name == "loss":
@@ -242,7 +252,7 @@ class ReferenceModule(nn.Module):
             shape = [int(d) for d in t.shape]
             return vals[0].reshape([vals[0].shape[0]] + shape) if _rows(t) else vals[0].reshape(shape)
         if n == "dropout":
-            return F.dropout(vals[0], op.attrs["p"], self.training)
+            return self.dropout(op, vals[0])
         if n == "sync":
             return vals[0]  # one process: the partial result is complete
         if n == "src":
@@ -264,6 +274,23 @@ class ReferenceModule(nn.Module):
             m = alpha.reshape(alpha.shape + (1,)) * z.index_select(0, self.src_index)
             return self.gather(m, "sum", "dst")
         raise NotImplementedError(f"reference backend cannot run op '{n}' (was the module optimised?)")
+
+    # ---- dropout with partition-invariant masks
+    def dropout(self, op: Op, x):
+        """Inverted dropout whose mask depends only on (seed, training step, op,
+        row, column): the mask of the whole [N or E, ...] tensor is drawn from a
+        generator seeded with those, so a distributed run (which keeps some rows
+        or columns) draws exactly the single-process mask."""
+        p = op.attrs["p"]
+        if not self.training or p == 0.0 or not isinstance(x, torch.Tensor):
+            return x
+        gen = torch.Generator().manual_seed(
+            (self.dropout_seed * 1_000_003 + self.step * 10_007 + self._op_index[op]) % (2 ** 63))
+        keep = self.dropout_keep(op, x, gen, p)
+        return x * keep / (1.0 - p)
+
+    def dropout_keep(self, op: Op, x: torch.Tensor, gen: torch.Generator, p: float) -> torch.Tensor:
+        return torch.rand(x.shape, generator=gen) >= p
 
     # ---- fused ops, by their unfused meaning (the oracle for every backend)
     def aggregate(self, op: Op, vals: list):

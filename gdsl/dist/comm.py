@@ -1,0 +1,147 @@
+"""MPI collectives on torch tensors, with byte accounting.
+
+Every collective goes through :class:`Comm`, which hands mpi4py the tensor's
+own memory (``tensor.numpy()`` of a contiguous CPU tensor is a view, so no
+copy is made beyond the packing a collective needs) and records, per
+collective and per label (the IR op it serves), the bytes this rank sent
+and received. The counts are *logical*: what the algorithm moves between
+ranks (a rank's own block is never counted), which is what the cost model
+predicts (gdsl/cost: words per rank = bytes / 4).
+
+Counting rules per collective:
+  alltoallv      sent = rows sent to other ranks, recv = rows received from them
+  allgatherv     recv = every other rank's block; sent = own block * (P - 1)
+                 (the broadcasts of CAGNET §IV-A Algorithm 1, one per block)
+  reduce_scatter sent = every other rank's block of the operand; recv = own
+                 block * (P - 1) (the transpose of allgatherv)
+  allreduce      sent = recv = the buffer (the beta f^2 of CAGNET §IV-A-4)
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+_MPI = None
+
+
+def mpi():
+    """mpi4py's MPI module, imported on first use (single-process runs never need it)."""
+    global _MPI
+    if _MPI is None:
+        from mpi4py import MPI  # noqa: PLC0415
+        _MPI = MPI
+    return _MPI
+
+
+@dataclass
+class Traffic:
+    sent: int = 0
+    recv: int = 0
+    calls: int = 0
+
+
+@dataclass
+class CommStats:
+    """Bytes per (collective, label), since the last `take()`."""
+
+    by_op: dict[tuple[str, str], Traffic] = field(default_factory=lambda: defaultdict(Traffic))
+
+    def add(self, coll: str, label: str, sent: int, recv: int) -> None:
+        t = self.by_op[(coll, label)]
+        t.sent += int(sent)
+        t.recv += int(recv)
+        t.calls += 1
+
+    def take(self) -> dict[tuple[str, str], Traffic]:
+        out, self.by_op = dict(self.by_op), defaultdict(Traffic)
+        return out
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().contiguous().numpy()
+
+
+class Comm:
+    """A communicator over torch tensors. Row-oriented: a "row" is one vertex's
+    features, so counts are given in rows and scaled by the row size here."""
+
+    def __init__(self, comm, stats: CommStats | None = None) -> None:
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.stats = stats if stats is not None else CommStats()
+
+    def split(self, color: int, key: int) -> "Comm":
+        return Comm(self.comm.Split(color, key), self.stats)
+
+    @staticmethod
+    def _row(t: torch.Tensor) -> int:
+        return int(np.prod(t.shape[1:], dtype=np.int64)) if t.dim() > 1 else 1
+
+    def alltoallv(self, send: torch.Tensor, send_rows: np.ndarray, recv_rows: np.ndarray, label: str) -> torch.Tensor:
+        """`send` holds the rows for rank 0, then rank 1, ... (`send_rows[q]` each);
+        returns the rows received, ordered by source rank."""
+        MPI = mpi()
+        row = self._row(send)
+        send = send.contiguous()
+        out = send.new_empty((int(recv_rows.sum()),) + tuple(send.shape[1:]))
+        sc, rc = send_rows * row, recv_rows * row
+        sd = np.concatenate([[0], np.cumsum(sc)[:-1]]).astype(np.int64)
+        rd = np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.int64)
+        dt = MPI.FLOAT if send.dtype == torch.float32 else MPI.DOUBLE
+        self.comm.Alltoallv([_np(send), (sc, sd), dt], [out.numpy(), (rc, rd), dt])
+        me, b = self.rank, send.element_size()
+        self.stats.add("alltoallv", label, (sc.sum() - sc[me]) * b, (rc.sum() - rc[me]) * b)
+        return out
+
+    def allgatherv(self, x: torch.Tensor, rows: np.ndarray, label: str) -> torch.Tensor:
+        """Every rank's block (`rows[q]` rows from rank q), concatenated in rank order."""
+        MPI = mpi()
+        row = self._row(x)
+        x = x.contiguous()
+        out = x.new_empty((int(rows.sum()),) + tuple(x.shape[1:]))
+        c = rows * row
+        d = np.concatenate([[0], np.cumsum(c)[:-1]]).astype(np.int64)
+        self.comm.Allgatherv(_np(x), [out.numpy(), (c, d), MPI.FLOAT])
+        b = x.element_size()
+        self.stats.add("allgatherv", label, c[self.rank] * (self.size - 1) * b, (c.sum() - c[self.rank]) * b)
+        return out
+
+    def reduce_scatter(self, x: torch.Tensor, rows: np.ndarray, label: str) -> torch.Tensor:
+        """Sum `x` (all blocks, rank order) over ranks; return this rank's block."""
+        MPI = mpi()
+        row = self._row(x)
+        x = x.contiguous()
+        out = x.new_empty((int(rows[self.rank]),) + tuple(x.shape[1:]))
+        c = rows * row
+        self.comm.Reduce_scatter(_np(x), out.numpy(), c, MPI.SUM)
+        b = x.element_size()
+        self.stats.add("reduce_scatter", label, (c.sum() - c[self.rank]) * b, c[self.rank] * (self.size - 1) * b)
+        return out
+
+    def allreduce_(self, x: torch.Tensor, label: str, op: str = "sum") -> torch.Tensor:
+        """In-place all-reduce of a contiguous tensor (sum, max or min)."""
+        MPI = mpi()
+        if not x.is_contiguous():
+            raise ValueError("allreduce_ needs a contiguous tensor")
+        if self.size > 1:
+            mop = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+            self.comm.Allreduce(MPI.IN_PLACE, x.detach().numpy(), mop)
+            nbytes = x.numel() * x.element_size()
+            self.stats.add("allreduce", label, nbytes, nbytes)
+        return x
+
+    def allreduce_scalars(self, values: list[float], op: str = "sum") -> list[float]:
+        """Small bookkeeping reductions (loss, accuracy counts); not accounted."""
+        if self.size == 1:
+            return list(values)
+        MPI = mpi()
+        buf = np.asarray(values, dtype=np.float64)
+        self.comm.Allreduce(MPI.IN_PLACE, buf, {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op])
+        return buf.tolist()
+
+    def barrier(self) -> None:
+        self.comm.Barrier()

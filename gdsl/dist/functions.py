@@ -1,0 +1,277 @@
+"""The collectives of every plan as autograd functions: forward moves data,
+backward moves gradients along the transposed pattern, so distributed
+training is plain torch autograd over these few ops.
+
+  halo_fetch       1D: the rows a rank's edges read, from their owners
+                   (alltoallv of the needed rows, or allgatherv of whole
+                   blocks = CAGNET §IV-A's broadcasts); backward returns the
+                   halo's partial gradients to the owners
+  halo_reduce      the transpose: partial results of halo rows sent to owners
+  team_allreduce   1.5D: partial SpMM results summed within a process row
+                   (CAGNET §IV-B); backward the same all-reduce
+  block_bcast      1.5D: block q broadcast within process column j; backward
+                   reduces to the root
+  split_combine    vertex-cut: leaves -> root partial aggregates, root ->
+                   leaves the total (DistGNN §5.3 Algorithm 4 with r = 0)
+  pull_rows        P3: partial activations of all vertices summed onto their
+                   owners (reduce-scatter); backward pushes the error
+                   gradient back to every rank (allgatherv) (P3 §3.2)
+  rows_to_cols / cols_to_rows
+                   RDM: all-to-all between row and column slicing (RDM §III)
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from gdsl.dist.comm import Comm
+
+
+class _Fn(torch.autograd.Function):
+    pass
+
+
+def _cat(parts: list[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    return torch.cat(parts) if parts else like.new_empty((0,) + tuple(like.shape[1:]))
+
+
+class HaloExchange:
+    """Owner -> readers movement of rows for one 1D partition (send_idx[q]:
+    my rows q reads; recv rows from q land at n_own + offsets, in q order)."""
+
+    def __init__(self, comm: Comm, send_idx: list[np.ndarray], recv_counts: np.ndarray, n_own: int,
+                 mode: str = "alltoallv", block_rows: np.ndarray | None = None, halo_gid_pos: np.ndarray | None = None):
+        self.comm, self.n_own, self.mode = comm, n_own, mode
+        self.send_idx = [torch.from_numpy(np.ascontiguousarray(s)) for s in send_idx]
+        self.send_all = torch.cat(self.send_idx) if self.send_idx else torch.zeros(0, dtype=torch.int64)
+        self.send_counts = np.array([s.size for s in send_idx], np.int64)
+        self.recv_counts = np.asarray(recv_counts, np.int64)
+        self.block_rows = block_rows          # bcast: rows of every rank's block
+        self.halo_pos = None if halo_gid_pos is None else torch.from_numpy(halo_gid_pos)  # bcast: halo rows in the gathered blocks
+
+    def fetch(self, x: torch.Tensor, label: str) -> torch.Tensor:
+        return _Fetch.apply(x, self, label)
+
+    def reduce(self, partial: torch.Tensor, label: str) -> torch.Tensor:
+        """[n_own + halo] partial sums -> [n_own]: halo rows added at their owners."""
+        return _Reduce.apply(partial, self, label)
+
+    # forward/backward bodies
+    def _fetch(self, x: torch.Tensor, label: str) -> torch.Tensor:
+        if self.mode == "bcast":
+            blocks = self.comm.allgatherv(x, self.block_rows, label)
+            return torch.cat([x, blocks.index_select(0, self.halo_pos)])
+        send = x.index_select(0, self.send_all)
+        halo = self.comm.alltoallv(send, self.send_counts, self.recv_counts, label)
+        return torch.cat([x, halo])
+
+    def _return(self, g: torch.Tensor, label: str) -> torch.Tensor:
+        """The transpose of _fetch: gradient (or partial) rows of the halo summed into owners."""
+        own, halo = g[: self.n_own], g[self.n_own:]
+        if self.mode == "bcast":
+            full = g.new_zeros((int(self.block_rows.sum()),) + tuple(g.shape[1:]))
+            full.index_add_(0, self.halo_pos, halo)
+            return own + self.comm.reduce_scatter(full, self.block_rows, label)
+        back = self.comm.alltoallv(halo.contiguous(), self.recv_counts, self.send_counts, label)
+        return own.index_add(0, self.send_all, back)
+
+
+class _Fetch(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, ex: HaloExchange, label: str):
+        ctx.ex, ctx.label = ex, label
+        return ex._fetch(x.detach(), label + " fwd")
+
+    @staticmethod
+    def backward(ctx, g):
+        return ctx.ex._return(g.contiguous(), ctx.label + " bwd"), None, None
+
+
+class _Reduce(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, partial, ex: HaloExchange, label: str):
+        ctx.ex, ctx.label = ex, label
+        return ex._return(partial.detach().contiguous(), label + " fwd")
+
+    @staticmethod
+    def backward(ctx, g):
+        return ctx.ex._fetch(g.contiguous(), ctx.label + " bwd"), None, None
+
+
+class AllReduce(torch.autograd.Function):
+    """Sum of partial results over a communicator; every member gets the total.
+    Backward: the gradient of each partial is the sum of the members' gradients."""
+
+    @staticmethod
+    def forward(ctx, x, comm: Comm, label: str):
+        ctx.comm, ctx.label = comm, label
+        return comm.allreduce_(x.detach().clone().contiguous(), label + " fwd")
+
+    @staticmethod
+    def backward(ctx, g):
+        return ctx.comm.allreduce_(g.clone().contiguous(), ctx.label + " bwd"), None, None
+
+
+class AllReduceExtremum(torch.autograd.Function):
+    """max / min of partial results; the gradient goes to the members whose
+    partial attained the result."""
+
+    @staticmethod
+    def forward(ctx, x, comm: Comm, label: str, op: str):
+        out = comm.allreduce_(x.detach().clone().contiguous(), label + " fwd", op)
+        ctx.save_for_backward((x.detach() == out))
+        ctx.comm, ctx.label = comm, label
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (hit,) = ctx.saved_tensors
+        total = ctx.comm.allreduce_(g.clone().contiguous(), ctx.label + " bwd")
+        return total * hit, None, None, None
+
+
+class BlockBcast(torch.autograd.Function):
+    """CAGNET 1.5D: the blocks col_blocks[j] broadcast within process column j,
+    stage by stage (Algorithm 2 line 5); backward reduces each to its root."""
+
+    @staticmethod
+    def forward(ctx, x, comm: Comm, stages: list[tuple[int, int]], my_block: int, label: str):
+        ctx.comm, ctx.stages, ctx.my_block, ctx.label = comm, stages, my_block, label
+        ctx.xshape = x.shape
+        from gdsl.dist.comm import mpi
+        MPI = mpi()
+        outs = []
+        for q, rows in stages:
+            buf = x.detach().clone().contiguous() if q == my_block else x.new_empty((rows,) + tuple(x.shape[1:]))
+            comm.comm.Bcast([buf.numpy(), MPI.FLOAT], root=q)
+            nbytes = buf.numel() * 4
+            comm.stats.add("bcast", label + " fwd", nbytes * (comm.size - 1) if q == my_block else 0,
+                           0 if q == my_block else nbytes)
+            outs.append(buf)
+        return _cat(outs, x)
+
+    @staticmethod
+    def backward(ctx, g):
+        from gdsl.dist.comm import mpi
+        MPI = mpi()
+        comm = ctx.comm
+        out = None
+        off = 0
+        for q, rows in ctx.stages:
+            part = g[off: off + rows].contiguous()
+            off += rows
+            recv = torch.empty_like(part) if q == ctx.my_block else None
+            comm.comm.Reduce([part.numpy(), MPI.FLOAT], None if recv is None else [recv.numpy(), MPI.FLOAT],
+                             op=MPI.SUM, root=q)
+            nbytes = part.numel() * 4
+            comm.stats.add("reduce", ctx.label + " bwd", 0 if q == ctx.my_block else nbytes,
+                           nbytes * (comm.size - 1) if q == ctx.my_block else 0)
+            if recv is not None:
+                out = recv
+        if out is None:
+            out = g.new_zeros(ctx.xshape)  # not a root in this column's stages
+        return out, None, None, None, None
+
+
+class SplitCombine:
+    """DistGNN's split-vertex tree (§5.3, Algorithm 4): leaves send partial
+    aggregates to the root, the root reduces them and sends the result back.
+    `send_idx[q]`: my leaf rows whose root is q; `recv_idx[q]`: my root rows
+    that q holds as leaves (same order on both sides)."""
+
+    def __init__(self, comm: Comm, send_idx: list[np.ndarray], recv_idx: list[np.ndarray]):
+        self.comm = comm
+        self.leaf = [torch.from_numpy(np.ascontiguousarray(s)) for s in send_idx]
+        self.root = [torch.from_numpy(np.ascontiguousarray(s)) for s in recv_idx]
+        self.leaf_all = torch.cat(self.leaf) if self.leaf else torch.zeros(0, dtype=torch.int64)
+        self.root_all = torch.cat(self.root) if self.root else torch.zeros(0, dtype=torch.int64)
+        self.leaf_counts = np.array([s.size for s in send_idx], np.int64)
+        self.root_counts = np.array([s.size for s in recv_idx], np.int64)
+
+    def exact(self, partial: torch.Tensor, label: str, reduce: str = "sum") -> torch.Tensor:
+        return _Combine.apply(partial, self, label, reduce)
+
+    def _run(self, x: torch.Tensor, label: str, reduce: str) -> torch.Tensor:
+        up = self.comm.alltoallv(x.index_select(0, self.leaf_all), self.leaf_counts, self.root_counts, label + " leaf->root")
+        out = x.clone()
+        if reduce == "sum":
+            out.index_add_(0, self.root_all, up)
+        else:
+            idx = self.root_all.reshape((-1,) + (1,) * (x.dim() - 1)).expand_as(up)
+            out.scatter_reduce_(0, idx, up, "amax" if reduce == "max" else "amin", include_self=True)
+        down = self.comm.alltoallv(out.index_select(0, self.root_all), self.root_counts, self.leaf_counts,
+                                   label + " root->leaf")
+        out.index_copy_(0, self.leaf_all, down)
+        return out
+
+
+class _Combine(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, sc: SplitCombine, label: str, reduce: str):
+        ctx.sc, ctx.label, ctx.reduce = sc, label, reduce
+        out = sc._run(x.detach().contiguous(), label + " fwd", reduce)
+        if reduce != "sum":
+            ctx.save_for_backward(x.detach() == out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        # every replica uses the total, so each partial's gradient is the sum of
+        # the replicas' gradients: the same tree, summing
+        total = ctx.sc._run(g.contiguous(), ctx.label + " bwd", "sum")
+        if ctx.reduce != "sum":
+            (hit,) = ctx.saved_tensors
+            total = total * hit
+        return total, None, None, None
+
+
+class PullRows(torch.autograd.Function):
+    """P3 §3.2 pull: partial activations of all N vertices (one per feature
+    slice) summed onto the owners of the rows (reduce-scatter); backward
+    pushes the rows' error gradient to every rank (allgatherv)."""
+
+    @staticmethod
+    def forward(ctx, x, comm: Comm, rows: np.ndarray, label: str):
+        ctx.comm, ctx.rows, ctx.label = comm, rows, label
+        return comm.reduce_scatter(x.detach().contiguous(), rows, label + " fwd")
+
+    @staticmethod
+    def backward(ctx, g):
+        return ctx.comm.allgatherv(g.contiguous(), ctx.rows, ctx.label + " bwd"), None, None, None
+
+
+class Redistribute(torch.autograd.Function):
+    """RDM §III: between row slicing (block rows, all columns) and column
+    slicing (all rows, a slice of the columns) with one all-to-all; backward
+    is the opposite redistribution."""
+
+    @staticmethod
+    def forward(ctx, x, comm: Comm, rows: np.ndarray, cols: list[tuple[int, int]], to_cols: bool, label: str):
+        ctx.args = (comm, rows, cols, label)
+        ctx.to_cols = to_cols
+        return _redistribute(x.detach(), comm, rows, cols, to_cols, label + " fwd")
+
+    @staticmethod
+    def backward(ctx, g):
+        comm, rows, cols, label = ctx.args
+        return _redistribute(g, comm, rows, cols, not ctx.to_cols, label + " bwd"), None, None, None, None, None
+
+
+def _redistribute(x: torch.Tensor, comm: Comm, rows: np.ndarray, cols: list[tuple[int, int]], to_cols: bool,
+                  label: str) -> torch.Tensor:
+    P, me = comm.size, comm.rank
+    widths = np.array([hi - lo for lo, hi in cols], np.int64)
+    if to_cols:  # x: [rows[me], f] -> [N, widths[me]]
+        send = torch.cat([x[:, lo:hi].reshape(-1) for lo, hi in cols]) if P > 1 else x.reshape(-1)
+        sc = rows[me] * widths
+        rc = rows * widths[me]
+        flat = comm.alltoallv(send.contiguous(), sc, rc, label)
+        return flat.reshape(int(rows.sum()), int(widths[me]))
+    # x: [N, widths[me]] -> [rows[me], f]
+    starts = np.concatenate([[0], np.cumsum(rows)])
+    send = torch.cat([x[starts[q]:starts[q + 1]].reshape(-1) for q in range(P)])
+    sc = rows * widths[me]
+    rc = rows[me] * widths
+    flat = comm.alltoallv(send.contiguous(), sc, rc, label)
+    pieces = torch.split(flat, [int(c) for c in rc])
+    return torch.cat([p.reshape(int(rows[me]), int(w)) for p, w in zip(pieces, widths)], dim=1)

@@ -1,0 +1,601 @@
+"""The distributed executor: one rank's share of a compiled program.
+
+`DistModule` runs the same optimised IR as the reference backend, op by op
+with the same torch code, on this rank's rows. What differs is where rows
+come from and where partial results go, and that is the plan:
+
+  reading `src.x`      (a scatter, or a fused aggregate/sddmm/attention)
+                       needs the rows of x the local edges read: 1D fetches
+                       the halo (HaloExchange), 1.5D the column's blocks
+                       (BlockBcast); vertex-cut and replicate have them locally
+  gather / aggregate   reduce local edges into a partial result, completed by
+                       the plan: nothing (1D: a vertex's in-edges are local),
+                       an all-reduce in the process row (1.5D), the split-vertex
+                       tree (vertex-cut, delayed for cd-r / skipped for 0c)
+  the first layer      P3 (features): every op up to the first `sync` runs on
+                       all vertices and this rank's feature columns; the sync
+                       pulls the summed rows to their owners
+  aggregate (RDM)      redistribute rows -> columns, aggregate over the whole
+                       graph (A on every rank), columns -> rows
+
+Gradients flow back through the same collectives (gdsl/dist/functions.py);
+parameter gradients are all-reduced by the trainer (`sync_grads`).
+"""
+from __future__ import annotations
+
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gdsl.backends.reference.executor import ReferenceModule
+from gdsl.backends.reference.graphdata import GraphData
+from gdsl.diagnostics import GdslError
+from gdsl.dist import functions as fn
+from gdsl.dist.comm import Comm
+from gdsl.dist.part import RankPart
+from gdsl.graph.partition import feature_slices
+from gdsl.ir.core import Module, Op, Value
+from gdsl.ir.printer import _Namer
+
+_EDGE_READERS = {"src", "dst", "gather", "edge_softmax", "aggregate", "sddmm", "gat_aggregate"}
+
+
+def _view(n_rows: int, src, dst, in_deg, out_deg, edata: dict, graph) -> GraphData:
+    """A GraphData over local arrays (rows [0, n_rows) are the vertex values)."""
+    gd = GraphData.__new__(GraphData)
+    gd.graph, gd.num_nodes = graph, n_rows
+    gd.src, gd.dst = torch.from_numpy(src), torch.from_numpy(dst)
+    ind, outd = torch.from_numpy(in_deg), torch.from_numpy(out_deg)
+    gd.vertex_env = {"degree": ind[:n_rows], "out_degree": outd[:n_rows]}
+    gd.edge_env = {"src_degree": ind[gd.src], "dst_degree": ind[gd.dst],
+                   "src_out_degree": outd[gd.src], "dst_out_degree": outd[gd.dst],
+                   **{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in edata.items()}}
+    return gd
+
+
+class DistModule(ReferenceModule):
+    """One rank of a distributed plan, as a torch Module (forward returns the
+    rows this rank computes; `loss` and `metrics` are global)."""
+
+    def __init__(self, module: Module, part: RankPart, comm: Comm) -> None:
+        nn.Module.__init__(self)
+        self.ir, self.part, self.comm = module, part, comm
+        namer = _Namer()
+        for op in module.main.ops:
+            if op.result is not None:
+                namer(op.result)
+        self._vn = namer  # value -> its name in the IR dump, for comm labels
+        self.spec = part.spec
+        strategy = self.spec.strategy
+        self.graph = SimpleNamespace(
+            features=None if part.features is None else torch.from_numpy(np.ascontiguousarray(part.features)),
+            labels=None if part.labels is None else torch.from_numpy(part.labels),
+            masks={k: torch.from_numpy(v) for k, v in part.masks.items()}, ndata={}, edata={})
+        self.gd = _view(part.n_own, part.src, part.dst, part.in_degree, part.out_degree, part.edata, self.graph)
+        self.full = None
+        if "full_src" in part.extra:
+            ex = part.extra
+            edata = {k[len("full_edata."):]: v for k, v in ex.items() if k.startswith("full_edata.")}
+            self.full = _view(part.num_nodes, ex["full_src"], ex["full_dst"], ex["full_in_degree"],
+                              ex["full_out_degree"], edata, self.graph)
+        self.src_index, self.dst_index = self.gd.src, self.gd.dst
+        self.row_gid = torch.from_numpy(part.gid)
+        self.edge_gid = torch.from_numpy(part.eid)
+        self.counted = torch.from_numpy(part.counted)
+        self._create_params(module)
+        self.feature_input = next((op.attrs["name"] for op in module.main.ops
+                                   if op.name == "input" and op.result.type.domain == "vertex"
+                                   and op.result.type.dtype == "f32"), None)
+        self.loss_op = next((op for op in module.main.ops if op.name == "loss"), None)
+        self._consts: dict = {}
+        self._spmm = {}
+        self.local_params: set[str] = set()   # model-parallel params (P3 layer 1): not all-reduced
+        self.cols_region: set[Value] = set()
+        self._delay_state: dict = {}
+        self.epoch = 0
+        P = comm.size
+        self.block_rows = np.array(comm.comm.allgather(part.n_own), np.int64) if P > 1 else np.array([part.n_own])
+        self._check_supported(module)
+        if strategy in ("rows", "features", "redistribute"):
+            self._halo = self._make_halo()
+        if strategy == "rows_replicated":
+            grid = part.extra["grid"]
+            self.teams, self.c, self.team, self.member = (int(v) for v in grid)
+            self.row_comm = comm.split(self.team, self.member)     # the c members of my process row
+            self.col_comm = comm.split(self.member, self.team)     # process column: one per team
+            starts = part.extra["block_starts"]
+            self.stages = [(int(q), int(starts[q + 1] - starts[q])) for q in part.extra["stage_blocks"]]
+        if strategy == "vertex_cut":
+            self._tree = fn.SplitCombine(comm, part.send_idx, part.recv_idx)
+        if strategy == "features":
+            self._mark_feature_region(module)
+        self._plan_fast_spmm(module)
+
+    # ---------------------------------------------------------------- set-up
+    def _make_halo(self) -> fn.HaloExchange:
+        part = self.part
+        recv_counts = np.array([r.size for r in part.recv_idx], np.int64)
+        halo_pos = None
+        if self.spec.halo == "bcast":
+            # position of each halo row in the gathered blocks (rank order, owned rows in gid order)
+            owned = self.comm.comm.allgather(part.owned_rows)
+            pos = {}
+            off = 0
+            for q, rows in enumerate(owned):
+                pos[q] = (off, rows)
+                off += rows.size
+            halo = part.gid[part.n_own:]
+            out = []
+            for q in range(self.comm.size):
+                ids = part.gid[part.recv_idx[q]]
+                start, rows = pos[q]
+                out.append(start + np.searchsorted(rows, ids))
+            halo_pos = np.concatenate(out) if out else np.zeros(0, np.int64)
+            assert halo_pos.size == halo.size
+        return fn.HaloExchange(self.comm, part.send_idx, recv_counts, part.n_own, self.spec.halo,
+                               self.block_rows, halo_pos)
+
+    def _check_supported(self, module: Module) -> None:
+        """Refuse, before any communication, an op the plan cannot run exactly."""
+        s = self.spec.strategy
+        for op in module.main.ops:
+            n = op.name
+            where = f"op {self._vn(op.result) if op.result is not None else n} ({n})"
+            if s in ("rows_replicated", "vertex_cut"):
+                if n in ("edge_softmax", "gat_aggregate"):
+                    raise GdslError(f"partition = {s} cannot run {where}: an edge softmax needs all of a vertex's "
+                                    "incoming edges on one rank; use rows, features or replicate")
+                if n in ("gather", "aggregate") and op.attrs.get("to") == "src" and s == "rows_replicated":
+                    raise GdslError(f"partition = {s} cannot run {where}: reductions over outgoing edges "
+                                    "(to = src) are not implemented for 1.5D; use rows")
+                if n in ("gather", "aggregate") and op.attrs.get("reduce") not in ("sum", "mean", "max", "min"):
+                    raise GdslError(f"partition = {s} cannot run {where}")
+            if s == "redistribute":
+                if n in ("src", "dst", "gather", "edge_softmax", "sddmm", "gat_aggregate"):
+                    raise GdslError(f"partition = redistribute (RDM) cannot run {where}: RDM redistributes around "
+                                    "SpMM-like aggregations (a scatter of src.x, optionally times an edge "
+                                    "constant, then a gather) only; use rows")
+                if n == "aggregate":
+                    if op.attrs["msg"] not in ("copy_src", "mul") or op.attrs["to"] != "dst":
+                        raise GdslError(f"partition = redistribute cannot run {where}: not an SpMM")
+                    if op.attrs["msg"] == "mul" and (op.operands[1].owner is None
+                                                     or op.operands[1].owner.name != "edge_const"):
+                        raise GdslError(f"partition = redistribute cannot run {where}: the edge factor must be "
+                                        "a graph constant")
+
+    def _mark_feature_region(self, module: Module) -> None:
+        """P3 §3.1-3.2: the ops of layer 1 up to its sync run model-parallel on
+        this rank's feature columns of all vertices. The region: every op that
+        depends on the feature input and not on a sync result. Its values are
+        either column slices (before the product with a weight) or partial
+        sums over slices (after); only column-separable ops may take a slice
+        and only linear ops a partial sum."""
+        ops = module.main.ops
+        syncs = [op for op in ops if op.name == "sync"]
+        feat = next((op.result for op in ops if op.name == "input" and op.attrs.get("name") == self.feature_input), None)
+        if feat is None or not syncs:
+            raise GdslError("partition = features needs a feature input and a sync after layer 1's transform")
+        kind: dict[Value, str] = {feat: "cols"}
+        elementwise = {"relu", "elu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "leaky_relu",
+                       "dropout"}
+        linear_ok = {"neg", "dropout"}
+        for op in ops:
+            ins = [kind.get(v) for v in op.operands]
+            if not any(ins) or op.result is None:
+                continue
+            n = op.name
+            where = f"partition = features: op {self._vn(op.result)} ({n}) in layer 1"
+            if n == "sync":
+                if ins[0] == "cols":
+                    raise GdslError(f"{where}: the sync must complete a product of the feature columns with a weight")
+                kind[op.result] = "rows"
+                continue
+            if "rows" in ins:
+                if any(k in ("cols", "partial") for k in ins):
+                    raise GdslError(f"{where} mixes layer-1 partial results with synced rows")
+                kind[op.result] = "rows"
+                continue
+            k = "partial" if "partial" in ins else "cols"
+            if n == "matmul":
+                if ins[0] != "cols" or ins[1] is not None:
+                    raise GdslError(f"{where}: only one product with a weight is allowed before the sync")
+                self.local_params.add(op.operands[1].owner.attrs["name"])
+                kind[op.result] = "partial"
+                continue
+            if n in elementwise:
+                if k == "partial" and n not in linear_ok:
+                    raise GdslError(f"{where}: {n} of a partial sum is not linear; move it after the sync")
+                kind[op.result] = k
+                continue
+            if n in ("add", "sub") and all(i == k for i in ins):
+                kind[op.result] = k
+                continue
+            if n in ("mul", "div") and sum(1 for i in ins if i) == 1 and (
+                    op.operands[1 if ins[0] else 0].type.domain in (None, "param", "edge", "vertex") and
+                    (n == "mul" or ins[0])):
+                other = op.operands[1 if ins[0] else 0]
+                if other.type.domain == "param" or (other.type.shape and other.type.domain != "edge"):
+                    raise GdslError(f"{where}: a product with a per-feature factor cannot take a column slice")
+                kind[op.result] = k
+                continue
+            if n in ("src", "dst"):
+                kind[op.result] = k
+                continue
+            if n == "gather" or n == "aggregate":
+                if k == "partial" and op.attrs["reduce"] not in ("sum", "mean"):
+                    raise GdslError(f"{where}: {op.attrs['reduce']} of a partial sum is not linear")
+                if n == "aggregate" and len(op.operands) > 1 and ins[1] is not None:
+                    raise GdslError(f"{where}: the edge factor may not depend on the features")
+                kind[op.result] = k
+                continue
+            raise GdslError(f"{where} is not column-separable (it mixes feature columns); P3's feature split "
+                            "cannot run this program's first layer, use rows")
+        self.cols_region = {v for v, k in kind.items() if k in ("cols", "partial")}
+        self.region_kind = kind
+        lo, hi = (int(v) for v in self.part.extra["feature_cols"])
+        self.feature_cols = (lo, hi)
+
+    def _plan_fast_spmm(self, module: Module) -> None:
+        """As the reference: copy/edge-constant sum aggregations as one CSR product
+        (local rows x local+halo columns), for the views they run in."""
+        for op in module.main.ops:
+            if op.name != "aggregate" or op.attrs["reduce"] != "sum" or op.attrs["msg"] not in ("copy_src", "mul") \
+                    or op.attrs["to"] != "dst":
+                continue
+            if op.attrs["msg"] == "mul" and (op.operands[1].owner is None or op.operands[1].owner.name != "edge_const"):
+                continue
+            gd = self._gd_for(op)
+            w = None if op.attrs["msg"] == "copy_src" else self._const(op.operands[1].owner, gd)
+            vals = torch.ones(gd.src.numel()) if w is None else w.to(torch.float32)
+            n_cols = gd.num_nodes if gd is self.full else self.part.n_local
+            if self.spec.strategy == "rows_replicated":
+                n_cols = self.part.n_local
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self._spmm[op] = torch.sparse_coo_tensor(torch.stack([gd.dst, gd.src]), vals,
+                                                         (gd.num_nodes, n_cols)).coalesce().to_sparse_csr()
+
+    # ---------------------------------------------------------------- views
+    def _in_full(self, op: Op) -> bool:
+        if self.spec.strategy == "redistribute":
+            return op.name == "aggregate" or (op.result is not None and op.result.type.domain == "edge")
+        return op.result in self.cols_region
+
+    def _gd_for(self, op: Op) -> GraphData:
+        return self.full if self.full is not None and self._in_full(op) else self.gd
+
+    def _const(self, op: Op, gd: GraphData):
+        key = (op, id(gd))
+        if key not in self._consts:
+            if op.name == "vertex_const":
+                self._consts[key] = gd.vertex_const(op.attrs["expr"])
+            elif op.name == "edge_const":
+                self._consts[key] = gd.edge_const(op.attrs["expr"])
+            else:
+                self._consts[key] = gd.vertex_env["degree"]
+        return self._consts[key]
+
+    # ---------------------------------------------------------------- forward
+    def forward(self, x: torch.Tensor | None = None) -> torch.Tensor:
+        if self.training:
+            self.step += 1
+        self._ext_cache: dict[Value, torch.Tensor] = {}
+        env: dict[Value, object] = {}
+        for op in self.ir.main.ops:
+            if op.name == "loss":
+                continue
+            vals = [env[v] for v in op.operands]
+            env[op.result] = self.run_op(op, vals, x)
+        return env[self.ir.main.results[0]]
+
+    def run_op(self, op: Op, vals: list, x):  # noqa: C901 - the plan's dispatch
+        n = op.name
+        self._cur = op
+        full = self.full is not None and self._in_full(op)
+        if n in ("vertex_const", "edge_const", "degree"):
+            return self._const(op, self._gd_for(op) if self.spec.strategy != "redistribute" else self._const_view(op))
+        if n == "sync":
+            if self.spec.strategy == "features" and op.operands[0] in self.cols_region:
+                return fn.PullRows.apply(vals[0], self.comm, self.block_rows, f"{self._vn(op.result)} sync(pull)")
+            return vals[0]
+        if full:
+            return self._run_full(op, vals, x)
+        if n == "src":
+            return self._ext(op.operands[0], vals[0]).index_select(0, self.src_index)
+        if n == "aggregate" and op in self._spmm:
+            h = self._ext(op.operands[0], vals[0])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                out = torch.sparse.mm(self._spmm[op], h.reshape(h.shape[0], -1)).reshape((-1,) + tuple(h.shape[1:]))
+            return self._complete(out, "sum", op)
+        if n == "aggregate":
+            vals = list(vals)
+            if op.attrs["to"] == "dst" and op.attrs["msg"] != "copy_edge":
+                vals[0] = self._ext(op.operands[0], vals[0])
+            self._cur = op
+            return self.aggregate(op, vals)
+        if n == "gather":
+            self._cur = op
+            return self.gather(vals[0], op.attrs["reduce"], op.attrs["to"])
+        if n == "sddmm":
+            return super().run_op(op, [self._ext(op.operands[0], vals[0]), vals[1]], x)
+        if n == "gat_aggregate":
+            el, er, z = vals
+            return super().run_op(op, [self._ext(op.operands[0], el), er, self._ext(op.operands[2], z)], x)
+        return super().run_op(op, vals, x)
+
+    def _const_view(self, op: Op) -> GraphData:
+        # RDM: an edge constant feeds the whole-graph aggregation; a vertex constant the local rows
+        return self.full if op.name == "edge_const" else self.gd
+
+    def _run_full(self, op: Op, vals: list, x):
+        """An op on the whole graph: P3 layer 1 (columns of all vertices) or an RDM aggregation."""
+        n = op.name
+        consts = ("vertex_const", "edge_const", "degree")
+        vals = [self._const(v.owner, self.full) if v.owner is not None and v.owner.name in consts else val
+                for v, val in zip(op.operands, vals)]
+        if self.spec.strategy == "redistribute" and n == "aggregate":
+            cols = feature_slices(int(np.prod(op.operands[0].type.shape, dtype=np.int64)) if op.operands[0].type.shape
+                                  else 1, self.comm.size)
+            h = vals[0]
+            flat = h.reshape(h.shape[0], -1)
+            label = f"{self._vn(op.result)} aggregate"
+            hc = fn.Redistribute.apply(flat, self.comm, self.block_rows, cols, True, label + " rows->cols")
+            if op in self._spmm:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    out = torch.sparse.mm(self._spmm[op], hc)
+            else:
+                sub = self._swap(self.full)
+                try:
+                    out = super().aggregate(op, [hc.reshape((hc.shape[0], -1)), *vals[1:]])
+                finally:
+                    self._swap(sub)
+            back = fn.Redistribute.apply(out.contiguous(), self.comm, self.block_rows, cols, False, label + " cols->rows")
+            return back.reshape((back.shape[0],) + tuple(h.shape[1:]))
+        if n == "matmul":
+            lo, hi = self.feature_cols
+            return torch.tensordot(vals[0], vals[1][lo:hi], dims=1)
+        if n == "aggregate" and op in self._spmm:
+            h = vals[0]
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return torch.sparse.mm(self._spmm[op], h.reshape(h.shape[0], -1)).reshape(h.shape)
+        if n == "input":
+            return self.graph.features if x is None else x
+        saved = self._swap(self.full)
+        try:
+            return ReferenceModule.run_op(self, op, vals, x)
+        finally:
+            self._swap(saved)
+
+    def _swap(self, gd: GraphData) -> GraphData:
+        """Point the reference code's graph fields at another view; returns the old one."""
+        old = self.gd
+        self.gd, self.src_index, self.dst_index = gd, gd.src, gd.dst
+        return old
+
+    # ---------------------------------------------------------------- rows the edges read
+    def _ext(self, value: Value, x: torch.Tensor) -> torch.Tensor:
+        """x with the rows this rank's edges read appended (cached per value)."""
+        s = self.spec.strategy
+        if s in ("replicate", "vertex_cut"):
+            return x
+        if value in self._ext_cache:
+            return self._ext_cache[value]
+        label = f"{self._vn(value)} src rows"
+        if s == "rows_replicated":
+            out = torch.cat([x, fn.BlockBcast.apply(x, self.col_comm, self.stages, self.team, label)])
+        else:
+            out = self._halo.fetch(x, label)
+        self._ext_cache[value] = out
+        return out
+
+    # ---------------------------------------------------------------- completing partial reductions
+    def gather(self, m: torch.Tensor, reduce: str, to: str) -> torch.Tensor:
+        idx = self.dst_index if to == "dst" else self.src_index
+        rows = self.part.n_own if to == "dst" else self.part.n_local
+        if self.spec.strategy in ("replicate", "vertex_cut"):
+            rows = self.part.n_own
+        out_shape = (rows,) + tuple(m.shape[1:])
+        r = "sum" if reduce == "mean" else reduce
+        if r == "sum":
+            out = m.new_zeros(out_shape).index_add(0, idx, m)
+        else:
+            index = idx.reshape((-1,) + (1,) * (m.dim() - 1)).expand_as(m)
+            out = m.new_zeros(out_shape).scatter_reduce(0, index, m, "amax" if r == "max" else "amin",
+                                                        include_self=False)
+            if self.spec.strategy in ("rows_replicated", "vertex_cut") or to == "src":
+                # an empty partial must not win a max/min: mark rows with no local edge
+                has = torch.zeros(rows, dtype=torch.bool).index_fill(0, idx, True)
+                fill = float("-inf") if r == "max" else float("inf")
+                out = torch.where(has.reshape((-1,) + (1,) * (m.dim() - 1)), out, torch.full_like(out, fill))
+        op = getattr(self, "_cur", None)
+        out = self._complete(out, r, op, to)
+        if r in ("max", "min"):
+            out = torch.where(torch.isfinite(out), out, torch.zeros_like(out))
+        if reduce == "mean":
+            deg = (self.gd.vertex_env["degree"] if to == "dst" else self.gd.vertex_env["out_degree"]).clamp(min=1)
+            out = out / deg.reshape((-1,) + (1,) * (out.dim() - 1))
+        return out
+
+    def _complete(self, partial: torch.Tensor, reduce: str, op: Op | None, to: str = "dst") -> torch.Tensor:
+        s = self.spec.strategy
+        label = f"{self._vn(op.result)} {op.name}" if op is not None and op.result is not None else "gather"
+        if s == "replicate":
+            return partial
+        if s in ("rows", "features", "redistribute"):
+            if to == "dst":
+                return partial
+            if reduce != "sum":
+                raise GdslError(f"{label}: {reduce} over outgoing edges (to = src) needs partial {reduce}s at "
+                                "the owners; only sum and mean are implemented for 1D plans")
+            return self._halo.reduce(partial, label + " (to src)")
+        if s == "rows_replicated":
+            if reduce == "sum":
+                return fn.AllReduce.apply(partial, self.row_comm, label + " allreduce(row)")
+            return fn.AllReduceExtremum.apply(partial, self.row_comm, label + " allreduce(row)", reduce)
+        # vertex_cut
+        delay = self.spec.delay
+        if delay == 0:
+            return self._tree.exact(partial, label, reduce)
+        if delay == "none":
+            return partial  # 0c: remote partial aggregates ignored
+        return self._delayed(partial, reduce, op, label)
+
+    def _delayed(self, partial: torch.Tensor, reduce: str, op: Op, label: str) -> torch.Tensor:
+        """DistGNN cd-r (§5.3, Algorithm 4): split vertices binned into r bins by
+        global id; at epoch e bin e % r sends its leaves' partial aggregates
+        (non-blocking); at e >= r the root adds what its leaves sent r epochs
+        ago and starts sending the totals back; at e >= 2r the leaves take the
+        totals sent r epochs ago. Remote contributions are constants for the
+        gradient. Evaluation passes reuse the latest remote contributions
+        without communicating."""
+        from gdsl.dist.comm import mpi
+        MPI = mpi()
+        r = int(self.spec.delay)
+        st = self._delay_state.setdefault(op, {"sent": {}, "root_in": None, "leaf_in": None})
+        tree = self._tree
+        x = partial.detach()
+        row = int(np.prod(x.shape[1:], dtype=np.int64)) if x.dim() > 1 else 1
+        if "bins" not in st:
+            gid = self.row_gid
+            st["bins"] = [((gid[tree.leaf_all] % r) == b, (gid[tree.root_all] % r) == b) for b in range(r)]
+        if self.training:
+            e = self.epoch
+            b = e % r
+            leaf_mask, root_mask = st["bins"][b]
+            # finish what was started r epochs ago for this bin (Algorithm 4 lines 13, 19)
+            if (e - r) in st["sent"]:
+                reqs, bufs, kind = st["sent"].pop(e - r)
+                MPI.Request.Waitall(reqs)
+                up_recv, down_recv = bufs["up"], bufs.get("down")
+                st["root_in"] = (b, up_recv)
+                if down_recv is not None:
+                    st["leaf_in"] = (b, down_recv)
+            out = x.clone()
+            if st["root_in"] is not None and st["root_in"][0] == b:
+                out.index_add_(0, tree.root_all[root_mask], st["root_in"][1])
+            if st["leaf_in"] is not None and st["leaf_in"][0] == b:
+                out.index_copy_(0, tree.leaf_all[leaf_mask], st["leaf_in"][1])
+            # start this epoch's sends (lines 10-11, 15-16): leaves' partials up, roots' totals down
+            up_send = x.index_select(0, tree.leaf_all[leaf_mask]).contiguous()
+            up_counts = np.array([int(m.sum()) for m in torch.split(leaf_mask, list(tree.leaf_counts))], np.int64)
+            rc = np.array([int(m.sum()) for m in torch.split(root_mask, list(tree.root_counts))], np.int64)
+            up_recv = x.new_empty((int(rc.sum()),) + tuple(x.shape[1:]))
+            reqs = [self._ialltoallv(up_send, up_counts, up_recv, rc, row, label + " leaf->root (delayed)")]
+            bufs = {"up": up_recv, "keep": up_send}
+            if e >= r:
+                down_send = out.index_select(0, tree.root_all[root_mask]).contiguous()
+                down_recv = x.new_empty((int(up_counts.sum()),) + tuple(x.shape[1:]))
+                reqs.append(self._ialltoallv(down_send, rc, down_recv, up_counts, row, label + " root->leaf (delayed)"))
+                bufs.update(down=down_recv, keep2=down_send)
+            st["sent"][e] = (reqs, bufs, None)
+            remote = out - x
+        else:
+            out = x.clone()
+            for bin_state, idx_all, pos in ((st["root_in"], tree.root_all, 1), (st["leaf_in"], tree.leaf_all, 0)):
+                if bin_state is None:
+                    continue
+                b, buf = bin_state
+                mask = st["bins"][b][pos]
+                if pos == 1:
+                    out.index_add_(0, idx_all[mask], buf)
+                else:
+                    out.index_copy_(0, idx_all[mask], buf)
+            remote = out - x
+        return partial + remote
+
+    def _ialltoallv(self, send, sc, recv, rc, row, label):
+        from gdsl.dist.comm import mpi
+        MPI = mpi()
+        sc_e, rc_e = sc * row, rc * row
+        sd = np.concatenate([[0], np.cumsum(sc_e)[:-1]]).astype(np.int64)
+        rd = np.concatenate([[0], np.cumsum(rc_e)[:-1]]).astype(np.int64)
+        me = self.comm.rank
+        self.comm.stats.add("ialltoallv", label, (sc_e.sum() - sc_e[me]) * 4, (rc_e.sum() - rc_e[me]) * 4)
+        return self.comm.comm.Ialltoallv([send.numpy(), (sc_e, sd), MPI.FLOAT], [recv.numpy(), (rc_e, rd), MPI.FLOAT])
+
+    def finish(self) -> None:
+        """Complete outstanding delayed collectives (before exit or a checkpoint)."""
+        from gdsl.dist.comm import mpi
+        for st in self._delay_state.values():
+            for reqs, _, _ in st["sent"].values():
+                mpi().Request.Waitall(reqs)
+            st["sent"].clear()
+
+    # ---------------------------------------------------------------- dropout on local rows
+    def dropout_keep(self, op: Op, x: torch.Tensor, gen: torch.Generator, p: float) -> torch.Tensor:
+        t = op.result.type
+        if t.domain == "vertex":
+            if op.result in self.cols_region:  # P3: all rows, this rank's columns
+                lo, hi = self.feature_cols
+                full = torch.rand((self.part.num_nodes,) + tuple(x.shape[1:-1]) + (int(t.shape[-1]),), generator=gen)
+                return full[..., lo:hi] >= p
+            full = torch.rand((self.part.num_nodes,) + tuple(x.shape[1:]), generator=gen)
+            return full.index_select(0, self.row_gid[: x.shape[0]]) >= p
+        if t.domain == "edge":
+            full = torch.rand((self.part.num_edges,) + tuple(x.shape[1:]), generator=gen)
+            return full.index_select(0, self.edge_gid) >= p
+        return torch.rand(x.shape, generator=gen) >= p
+
+    # ---------------------------------------------------------------- inputs, loss, metrics
+    def _input(self, op: Op, x):
+        t = op.result.type
+        if t.dtype == "i64":
+            return self.graph.labels
+        if t.domain == "edge":
+            return self.gd.edge_env[op.attrs["name"]]
+        if op.attrs["name"] == self.feature_input:
+            return self.graph.features if x is None else x
+        raise GdslError(f"distributed runs support the feature input and edge inputs; vertex input "
+                        f"'{op.attrs['name']}' is not partitioned")
+
+    def _loss_rows(self):
+        op = self.loss_op
+        mask = self.graph.masks.get(op.attrs["mask"]) if op.attrs["mask"] != "all" else None
+        rows = self.counted if mask is None else (mask & self.counted)
+        return rows
+
+    def loss(self, out: torch.Tensor) -> torch.Tensor:
+        """This rank's share of the global loss: the sum over its counted rows
+        divided by the global number of rows, so the shares add up to the
+        single-process mean (and so do their gradients)."""
+        op = self.loss_op
+        if op is None:
+            raise GdslError("the program has no train block with a loss")
+        rows = self._loss_rows()
+        total = self.comm.allreduce_scalars([float(rows.sum())])[0]
+        target = self.graph.labels[rows]
+        o = out[rows]
+        fn_ = op.attrs["fn"]
+        if fn_ == "cross_entropy":
+            s = F.cross_entropy(o, target, reduction="sum")
+        elif fn_ == "nll":
+            s = F.nll_loss(o, target, reduction="sum")
+        elif fn_ == "bce":
+            s = F.binary_cross_entropy_with_logits(o.reshape(target.shape[0], -1).squeeze(-1), target.float(),
+                                                   reduction="sum")
+        else:
+            o2 = o.reshape(target.shape[0], -1)
+            s = F.mse_loss(o2, target.to(o.dtype).reshape(o2.shape), reduction="sum") / max(1, o2.shape[1])
+        return s / max(total, 1.0)
+
+    def sync_grads(self) -> None:
+        """All-reduce (sum) the parameter gradients, one flat buffer (CAGNET
+        §IV-A-4's Y all-reduce); P3's model-parallel layer-1 weights stay local."""
+        params = [(k, p) for k, p in self._params.items() if k not in self.local_params]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for _, p in params]
+        if not grads or self.comm.size == 1:
+            return
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        self.comm.allreduce_(flat, "param grads")
+        off = 0
+        for (_, p), g in zip(params, grads):
+            k = g.numel()
+            p.grad = flat[off: off + k].view_as(p).clone()
+            off += k
