@@ -1,4 +1,4 @@
-"""The `gdsl` command: compile | run | passes.
+"""The `gdsl` command: compile | run | plan | partition | calibrate | passes.
 
 One boundary (`main`) turns every failure into a message: user errors
 (`file:line:col: error: ...`, data problems) exit 1, usage errors exit 2,
@@ -51,6 +51,23 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", metavar="FILE", help="write per-epoch and final metrics to FILE")
     r.add_argument("--split", type=int, default=0, help="which split of a multi-split dataset (default 0)")
     r.add_argument("--log-every", type=int, help="print every K epochs when not on a terminal")
+    d = r.add_argument_group("distributed (MPI)")
+    d.add_argument("--np", type=int, dest="np_", metavar="P",
+                   help="train on P MPI ranks: starts `mpiexec -n P` itself, or, started by mpiexec/srun, "
+                        "runs as the ranks it was given")
+    _dist_args(d)
+    d.add_argument("--parts", metavar="DIR", help="use (or write) the per-rank partition files in DIR")
+    d.add_argument("--report", choices=("comm",), help="print the bytes each collective moved, per epoch and per op")
+    d.add_argument("--checkpoint", metavar="DIR", help="save every rank's state to DIR (atomically)")
+    d.add_argument("--checkpoint-every", type=int, default=10, metavar="K", help="checkpoint every K epochs (default 10)")
+    d.add_argument("--resume", metavar="DIR", help="continue from the checkpoint in DIR")
+
+    pa = sub.add_parser("partition", help="write per-rank partition files for `gdsl run --np P --parts DIR`")
+    common(pa)
+    pa.add_argument("--np", type=int, dest="np_", metavar="P", required=True, help="number of ranks")
+    pa.add_argument("--out", metavar="DIR", required=True, help="directory for part-<rank>.npz files")
+    pa.add_argument("--seed", type=int, default=0, help="seed for random partitions (default 0)")
+    _dist_args(pa)
 
     pl = sub.add_parser("plan", help="predict and choose a distributed plan with the cost model")
     common(pl)
@@ -74,6 +91,28 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("passes", help="list the compiler passes in pipeline order")
     return p
+
+
+def _dist_args(g) -> None:
+    g.add_argument("--partition", metavar="SPEC",
+                   help="replicate | rows(hash|random|block|metis) | edge_cut(metis) | rows_replicated(c) | "
+                        "vertex_cut | features | redistribute (default: the schedule's hint, else the cost model's choice)")
+    g.add_argument("--delay", type=_delay, help="vertex_cut only: 0 (cd-0, exact), r > 0 (cd-r) or none (0c)")
+    g.add_argument("--halo", choices=("alltoallv", "bcast"), default="alltoallv",
+                   help="1D halo exchange: all-to-all-v of the needed rows (default) or broadcast of whole blocks")
+    g.add_argument("--mem-per-rank", metavar="BYTES", help="memory budget per rank for the automatic choice, e.g. 4G")
+
+
+def _delay(text: str):
+    if text == "none":
+        return "none"
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("expected a non-negative integer or none") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError("expected a non-negative integer or none")
+    return v
 
 
 def _overrides(pairs: list[str], parser) -> dict:
@@ -268,6 +307,15 @@ def cmd_run(args, parser) -> int:
         raise GdslError(f"{args.program}: the program has no train block; `gdsl run` needs one")
     data = resolve_data(args.data)
     graph = load_graph(data, split=args.split)
+    from gdsl.dist.launch import under_launcher
+    if args.np_ is not None or under_launcher():
+        if args.backend not in (None, "reference"):
+            parser.error("--np runs the distributed executor (torch ops per rank); --backend does not apply")
+        from gdsl.dist.cli_run import run_distributed
+        return run_distributed(args, prog, graph, data)
+    for flag in ("parts", "report", "checkpoint", "resume", "partition", "delay"):
+        if getattr(args, flag) is not None:
+            parser.error(f"--{flag} needs --np P (a distributed run)")
     args.backend = args.backend or prog.default_backend
     epochs = args.epochs or cfg.epochs
     print(f"gdsl run {args.program}: train '{cfg.name}', model {cfg.model}, data {data} "
@@ -294,6 +342,18 @@ def cmd_run(args, parser) -> int:
     return 130 if result.interrupted else 0
 
 
+def cmd_partition(args, parser) -> int:
+    import gdsl
+    from gdsl.dist.cli_run import cmd_partition as run_partition
+    from gdsl.graph.io import load_graph, resolve_data
+
+    if args.np_ < 1:
+        parser.error("--np must be at least 1")
+    prog = gdsl.compile(args.program, train=args.train, **_overrides(args.set, parser))
+    graph = load_graph(resolve_data(args.data))
+    return run_partition(args, prog, graph)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -307,6 +367,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_plan(args, parser)
         if args.cmd == "calibrate":
             return cmd_calibrate(args, parser)
+        if args.cmd == "partition":
+            return cmd_partition(args, parser)
         return cmd_run(args, parser)
     except CompileError as e:
         print(render_all(e), file=sys.stderr)

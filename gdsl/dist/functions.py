@@ -39,35 +39,47 @@ class HaloExchange:
     """Owner -> readers movement of rows for one 1D partition (send_idx[q]:
     my rows q reads; recv rows from q land at n_own + offsets, in q order)."""
 
-    def __init__(self, comm: Comm, send_idx: list[np.ndarray], recv_counts: np.ndarray, n_own: int,
-                 mode: str = "alltoallv", block_rows: np.ndarray | None = None, halo_gid_pos: np.ndarray | None = None):
-        self.comm, self.n_own, self.mode = comm, n_own, mode
+    def __init__(self, comm: Comm, send_idx: list[np.ndarray], recv_idx: list[np.ndarray], own_pos: np.ndarray,
+                 n_local: int, mode: str = "alltoallv", block_rows: np.ndarray | None = None,
+                 halo_gid_pos: np.ndarray | None = None):
+        self.comm, self.mode, self.n_local = comm, mode, n_local
+        self.n_own = int(own_pos.size)
+        self.own_pos = torch.from_numpy(np.ascontiguousarray(own_pos))
+        self.recv_pos = torch.from_numpy(np.concatenate(recv_idx).astype(np.int64)) if recv_idx else \
+            torch.zeros(0, dtype=torch.int64)
         self.send_idx = [torch.from_numpy(np.ascontiguousarray(s)) for s in send_idx]
         self.send_all = torch.cat(self.send_idx) if self.send_idx else torch.zeros(0, dtype=torch.int64)
         self.send_counts = np.array([s.size for s in send_idx], np.int64)
-        self.recv_counts = np.asarray(recv_counts, np.int64)
+        self.recv_counts = np.array([r.size for r in recv_idx], np.int64)
         self.block_rows = block_rows          # bcast: rows of every rank's block
         self.halo_pos = None if halo_gid_pos is None else torch.from_numpy(halo_gid_pos)  # bcast: halo rows in the gathered blocks
+
+    def _place(self, own: torch.Tensor, halo: torch.Tensor) -> torch.Tensor:
+        """Own and halo rows into the local space (global-id order)."""
+        out = own.new_empty((self.n_local,) + tuple(own.shape[1:]))
+        out.index_copy_(0, self.own_pos, own)
+        out.index_copy_(0, self.recv_pos, halo)
+        return out
 
     def fetch(self, x: torch.Tensor, label: str) -> torch.Tensor:
         return _Fetch.apply(x, self, label)
 
     def reduce(self, partial: torch.Tensor, label: str) -> torch.Tensor:
-        """[n_own + halo] partial sums -> [n_own]: halo rows added at their owners."""
+        """[n_local] partial sums -> [n_own]: halo rows added at their owners."""
         return _Reduce.apply(partial, self, label)
 
     # forward/backward bodies
     def _fetch(self, x: torch.Tensor, label: str) -> torch.Tensor:
         if self.mode == "bcast":
             blocks = self.comm.allgatherv(x, self.block_rows, label)
-            return torch.cat([x, blocks.index_select(0, self.halo_pos)])
+            return self._place(x, blocks.index_select(0, self.halo_pos))
         send = x.index_select(0, self.send_all)
         halo = self.comm.alltoallv(send, self.send_counts, self.recv_counts, label)
-        return torch.cat([x, halo])
+        return self._place(x, halo)
 
     def _return(self, g: torch.Tensor, label: str) -> torch.Tensor:
         """The transpose of _fetch: gradient (or partial) rows of the halo summed into owners."""
-        own, halo = g[: self.n_own], g[self.n_own:]
+        own, halo = g.index_select(0, self.own_pos), g.index_select(0, self.recv_pos)
         if self.mode == "bcast":
             full = g.new_zeros((int(self.block_rows.sum()),) + tuple(g.shape[1:]))
             full.index_add_(0, self.halo_pos, halo)

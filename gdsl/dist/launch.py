@@ -55,7 +55,9 @@ def check_mpi4py() -> None:
 _NOISE = re.compile(r"^(=+|\s*$|.*BAD TERMINATION.*|.*CLEANING UP REMAINING PROCESSES.*|"
                     r".*YOU CAN IGNORE THE BELOW CLEANUP MESSAGES.*|.*RUNNING AT .*|.*EXIT CODE: .*|"
                     r".*KILLED BY SIGNAL.*|\[mpiexec@.*|.*application called MPI_Abort.*|"
-                    r".*Abort\(\d+\) on node.*)")
+                    r".*Abort\(\d+\) on node.*|YOUR APPLICATION TERMINATED WITH THE EXIT STRING.*|"
+                    r"This typically refers to a problem with your application.*|"
+                    r"Please see the FAQ page for debugging suggestions.*)")
 
 
 def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | None = None) -> int:
@@ -67,40 +69,51 @@ def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | N
     env.setdefault("OMP_NUM_THREADS", str(max(1, cores // P)))
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra_env or {})
+    run_dir = tempfile.mkdtemp(prefix="gdsl-run-")
+    args = {**args, "run_dir": run_dir}  # each rank writes its pid there, to name a rank that dies
     cmd = [mpiexec, "-n", str(P), sys.executable, "-m", "gdsl.dist.worker", json.dumps(args)]
-    proc = subprocess.Popen(cmd, stdout=None, stderr=subprocess.PIPE, env=env, text=True,
+    # the process manager reports a dead rank on stdout: both streams are filtered
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
                             start_new_session=True)
     kept: list[str] = []
     killed: list[str] = []
 
-    def pump():
-        for line in proc.stderr:
-            m = re.search(r"RANK (\d+) PID (\d+) RUNNING AT", line)
+    def pump(stream, out):
+        for line in stream:
+            m = re.search(r"PID (\d+) RUNNING AT", line)
             if m:
-                killed.append(m.group(1))
-            sig = re.search(r"KILLED BY SIGNAL: (\d+) \(([^)]*)\)", line)
+                pid_rank = _pid_ranks(run_dir)
+                killed.append(pid_rank.get(m.group(1), "?"))
+            sig = re.search(r"(?:KILLED BY SIGNAL: (\d+) \(([^)]*)\)|EXIT STRING: ([^(]*)\(signal (\d+)\))", line)
             if sig:
-                killed.append(f"signal {sig.group(1)} ({sig.group(2)})")
+                num, name = (sig.group(1), sig.group(2)) if sig.group(1) else (sig.group(4), sig.group(3).strip())
+                killed.append(f"signal {num} ({name})")
             if _NOISE.match(line):
                 continue
             kept.append(line)
-            sys.stderr.write(line)
-            sys.stderr.flush()
+            out.write(line)
+            out.flush()
 
-    t = threading.Thread(target=pump, daemon=True)
-    t.start()
+    threads = [threading.Thread(target=pump, args=(proc.stdout, sys.stdout), daemon=True),
+               threading.Thread(target=pump, args=(proc.stderr, sys.stderr), daemon=True)]
+    for t in threads:
+        t.start()
     try:
         rc = proc.wait(timeout=timeout)
     except KeyboardInterrupt:
         _kill(proc)
-        t.join(5)
+        for t in threads:
+            t.join(5)
         print("gdsl: interrupted; all ranks stopped", file=sys.stderr)
         return 130
     except subprocess.TimeoutExpired:
         _kill(proc)
-        t.join(5)
+        for t in threads:
+            t.join(5)
         raise GdslError(f"the distributed run did not finish within {timeout:.0f} s; all ranks stopped") from None
-    t.join(10)
+    for t in threads:
+        t.join(10)
+    shutil.rmtree(run_dir, ignore_errors=True)
     if rc == 0:
         return 0
     if not any("gdsl: error: rank" in ln for ln in kept):
@@ -109,6 +122,16 @@ def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | N
         print(f"gdsl: error: rank {who} died ({why}); all {P} ranks were stopped" if who != "a rank"
               else f"gdsl: error: a rank died ({why}); all {P} ranks were stopped", file=sys.stderr)
     return 1
+
+
+def _pid_ranks(run_dir: str) -> dict[str, str]:
+    out = {}
+    for f in Path(run_dir).glob("rank-*.pid"):
+        try:
+            out[f.read_text().strip()] = f.stem.split("-")[1]
+        except OSError:
+            pass
+    return out
 
 
 def _kill(proc: subprocess.Popen) -> None:

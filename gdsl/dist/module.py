@@ -44,15 +44,18 @@ from gdsl.ir.printer import _Namer
 _EDGE_READERS = {"src", "dst", "gather", "edge_softmax", "aggregate", "sddmm", "gat_aggregate"}
 
 
-def _view(n_rows: int, src, dst, in_deg, out_deg, edata: dict, graph) -> GraphData:
-    """A GraphData over local arrays (rows [0, n_rows) are the vertex values)."""
+def _view(own_pos: np.ndarray, src, dst, in_deg, out_deg, edata: dict, graph) -> GraphData:
+    """A GraphData over local arrays: vertex values are the rows `own_pos` of
+    the local space; `src` indexes the local space, `dst` the vertex rows."""
     gd = GraphData.__new__(GraphData)
-    gd.graph, gd.num_nodes = graph, n_rows
+    gd.graph, gd.num_nodes = graph, int(own_pos.size)
     gd.src, gd.dst = torch.from_numpy(src), torch.from_numpy(dst)
     ind, outd = torch.from_numpy(in_deg), torch.from_numpy(out_deg)
-    gd.vertex_env = {"degree": ind[:n_rows], "out_degree": outd[:n_rows]}
-    gd.edge_env = {"src_degree": ind[gd.src], "dst_degree": ind[gd.dst],
-                   "src_out_degree": outd[gd.src], "dst_out_degree": outd[gd.dst],
+    pos = torch.from_numpy(own_pos)
+    ind_own, outd_own = ind[pos], outd[pos]
+    gd.vertex_env = {"degree": ind_own, "out_degree": outd_own}
+    gd.edge_env = {"src_degree": ind[gd.src], "dst_degree": ind_own[gd.dst],
+                   "src_out_degree": outd[gd.src], "dst_out_degree": outd_own[gd.dst],
                    **{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in edata.items()}}
     return gd
 
@@ -75,15 +78,15 @@ class DistModule(ReferenceModule):
             features=None if part.features is None else torch.from_numpy(np.ascontiguousarray(part.features)),
             labels=None if part.labels is None else torch.from_numpy(part.labels),
             masks={k: torch.from_numpy(v) for k, v in part.masks.items()}, ndata={}, edata={})
-        self.gd = _view(part.n_own, part.src, part.dst, part.in_degree, part.out_degree, part.edata, self.graph)
+        self.gd = _view(part.own_pos, part.src, part.dst, part.in_degree, part.out_degree, part.edata, self.graph)
         self.full = None
         if "full_src" in part.extra:
             ex = part.extra
             edata = {k[len("full_edata."):]: v for k, v in ex.items() if k.startswith("full_edata.")}
-            self.full = _view(part.num_nodes, ex["full_src"], ex["full_dst"], ex["full_in_degree"],
+            self.full = _view(np.arange(part.num_nodes), ex["full_src"], ex["full_dst"], ex["full_in_degree"],
                               ex["full_out_degree"], edata, self.graph)
         self.src_index, self.dst_index = self.gd.src, self.gd.dst
-        self.row_gid = torch.from_numpy(part.gid)
+        self.row_gid = torch.from_numpy(part.owned_rows)
         self.edge_gid = torch.from_numpy(part.eid)
         self.counted = torch.from_numpy(part.counted)
         self._create_params(module)
@@ -128,16 +131,14 @@ class DistModule(ReferenceModule):
             for q, rows in enumerate(owned):
                 pos[q] = (off, rows)
                 off += rows.size
-            halo = part.gid[part.n_own:]
             out = []
             for q in range(self.comm.size):
                 ids = part.gid[part.recv_idx[q]]
                 start, rows = pos[q]
                 out.append(start + np.searchsorted(rows, ids))
             halo_pos = np.concatenate(out) if out else np.zeros(0, np.int64)
-            assert halo_pos.size == halo.size
-        return fn.HaloExchange(self.comm, part.send_idx, recv_counts, part.n_own, self.spec.halo,
-                               self.block_rows, halo_pos)
+        return fn.HaloExchange(self.comm, part.send_idx, part.recv_idx, part.own_pos, part.n_local,
+                               self.spec.halo, self.block_rows, halo_pos)
 
     def _check_supported(self, module: Module) -> None:
         """Refuse, before any communication, an op the plan cannot run exactly."""

@@ -1,10 +1,12 @@
 """Per-rank parts of a graph for each distributed strategy, and their files.
 
 A :class:`RankPart` is everything one rank needs and nothing more (each rank
-loads only its own file). Local vertex ids: rows ``[0, n_own)`` are the rows
-this rank computes (owned, or replicas it keeps consistent), rows
-``[n_own, n_local)`` are copies of remote rows it reads (halo rows, or the
-blocks CAGNET 1.5D broadcasts). Edges are local ids; ``eid`` are global edge
+loads only its own file). A vertex value holds the ``n_own`` rows this rank
+computes (owned, or replicas it keeps consistent), in the order of
+``owned_rows``; ``dst`` indexes them. ``src`` indexes the local space of
+``n_local`` rows: the computed rows plus copies of remote rows the edges read
+(halo rows, or the blocks CAGNET 1.5D broadcasts); ``own_pos`` says where
+the computed rows sit in it. Edges are local ids; ``eid`` are global edge
 ids (of the graph after the program's `graph` options), used for the
 partition-invariant dropout masks of edge tensors.
 
@@ -134,9 +136,15 @@ class RankPart:
         return int(self.gid.size)
 
     @property
+    def own_pos(self) -> np.ndarray:
+        """Local ids of the rows this rank computes (1D plans interleave them
+        with the halo in global order; elsewhere they come first)."""
+        return self.extra["own_pos"] if "own_pos" in self.extra else np.arange(self.n_own)
+
+    @property
     def owned_rows(self) -> np.ndarray:
-        """Global ids of the rows this rank computes."""
-        return self.gid[: self.n_own]
+        """Global ids of the rows this rank computes, in row order."""
+        return self.gid[self.own_pos]
 
 
 # ---------------------------------------------------------------- builders
@@ -205,23 +213,24 @@ def _rows_part(spec, g, P, r, owner, src, dst, indeg, outdeg, order_key) -> Rank
     emask = owner[dst] == r
     eid = np.nonzero(emask)[0]
     s, d = src[eid], dst[eid]
-    need = np.unique(s[owner[s] != r])
-    halo = need[np.lexsort((need, owner[need]))]
-    gid = np.concatenate([own, halo])
+    halo = np.unique(s[owner[s] != r])
+    # local ids follow global ids (own and halo rows interleaved), so each
+    # row's edges are summed in the single-process order (bitwise-equal SpMM)
+    gid = np.union1d(own, halo)
     lid = _local_ids(n, gid)
     recv_idx = [lid[halo[owner[halo] == q]] for q in range(P)]
     f, y, m = _vertex_data(g, own)
-    return RankPart(spec, r, P, n, src.size, gid, own.size, lid[s], lid[d], eid, indeg[gid], outdeg[gid],
-                    np.ones(own.size, bool), f, y, m, {k: _np(v)[eid] for k, v in g.edata.items()},
-                    recv_idx=recv_idx)
+    return RankPart(spec, r, P, n, src.size, gid, own.size, lid[s], np.searchsorted(own, d), eid,
+                    indeg[gid], outdeg[gid], np.ones(own.size, bool), f, y, m,
+                    {k: _np(v)[eid] for k, v in g.edata.items()}, recv_idx=recv_idx, extra={"own_pos": lid[own]})
 
 
 def _link_halos(parts: list[RankPart]) -> None:
     """send_idx[q] of rank r: r's local ids of the rows q receives from r."""
     P = len(parts)
     for r, pr in enumerate(parts):
-        lid = _local_ids(pr.num_nodes, pr.owned_rows)
-        pr.send_idx = [lid[parts[q].gid[parts[q].recv_idx[r]]] if q != r else np.zeros(0, np.int64)
+        own = pr.owned_rows
+        pr.send_idx = [np.searchsorted(own, parts[q].gid[parts[q].recv_idx[r]]) if q != r else np.zeros(0, np.int64)
                        for q in range(P)]
 
 

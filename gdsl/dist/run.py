@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from gdsl.diagnostics import GdslError
+from gdsl.dist.part import read_header
 
 # Every rank prints nothing but errors; rank 0 prints progress and results.
 
@@ -125,47 +126,35 @@ def _load_checkpoint(directory: Path, comm, model, opt) -> tuple[int, list]:
     return state["epoch"], state["history"]
 
 
-def run_rank(args: dict) -> int:
-    """One rank of `gdsl run --np P` (args: the launcher's JSON)."""
-    from mpi4py import MPI
-
-    import gdsl
+def make_model(prog, part, comm, dims: dict, seed: int):
+    """This rank's DistModule of `prog` (params drawn as a single process would)."""
     from gdsl.compiler import compile_source
-    from gdsl.dist.comm import Comm
     from gdsl.dist.module import DistModule
-    from gdsl.dist.part import load_part, read_header, part_path
-    from gdsl.runtime.trainer import Progress, make_optimizer, write_json
-
-    comm = Comm(MPI.COMM_WORLD)
-    rank, size = comm.rank, comm.size
-    prog = gdsl.compile(args["program"], train=args.get("train"), **args.get("overrides", {}))
-    cfg = prog.train
-    pdir = Path(args["parts"])
-    header = read_header(part_path(pdir, rank)) if part_path(pdir, rank).exists() else {}
-    part = load_part(pdir, rank, size, expect={"program": program_key(prog.source, prog.overrides, prog.train_name)})
-    dims = header["dims"]
     compiled = compile_source(prog.source, prog.file, dims=dims, overrides=prog.overrides, train=prog.train_name)
-    torch.manual_seed(args.get("seed", 0))
+    torch.manual_seed(seed)
     model = DistModule(compiled.module, part, comm)
-    model.dropout_seed = args.get("seed", 0)
-    opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
-    epochs = args.get("epochs") or cfg.epochs
+    model.dropout_seed = seed
+    return model
+
+
+def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, history: list | None = None,
+               on_epoch=None, checkpoint: Path | None = None, every: int = 10, traffic: bool = False) -> list[dict]:
+    """Full-batch training of one rank's model; returns the per-epoch records
+    (global loss and accuracies; with `traffic`, bytes per collective)."""
+    from gdsl.runtime.trainer import make_optimizer
+    opt = opt or make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
     evals = [m for _, m in cfg.eval]
     loss_mask = cfg.loss.mask if cfg.loss else None
     names = ([loss_mask] if loss_mask and loss_mask not in evals else []) + evals
-    history: list[dict] = []
-    start = 0
-    ck = Path(args["checkpoint"]) if args.get("checkpoint") else None
-    every = int(args.get("checkpoint_every") or 10)
-    if args.get("resume"):
-        start, history = _load_checkpoint(Path(args["resume"]), comm, model, opt)
-    progress = Progress(epochs, every=args.get("log_every")) if rank == 0 else None
-    report = args.get("report") == "comm"
-    comm_log = []
+    history = history if history is not None else []
     fail_at = os.environ.get("GDSL_TEST_FAIL_AT")  # test hook: "rank:epoch" raises there
+    comm.stats.take()
     for epoch in range(start + 1, epochs + 1):
-        if fail_at and fail_at == f"{rank}:{epoch}":
+        if fail_at and fail_at == f"{comm.rank}:{epoch}":
             raise RuntimeError(f"injected failure at epoch {epoch} (GDSL_TEST_FAIL_AT)")
+        if os.environ.get("GDSL_TEST_KILL_AT") == f"{comm.rank}:{epoch}":  # test hook: die without a word
+            import signal
+            os.kill(os.getpid(), signal.SIGKILL)
         t0 = time.perf_counter()
         model.train()
         model.epoch = epoch - 1
@@ -176,6 +165,7 @@ def run_rank(args: dict) -> int:
         model.sync_grads()
         opt.step()
         t_train = time.perf_counter() - t0
+        train_traffic = comm.stats.take()
         loss_value = comm.allreduce_scalars([float(loss.detach())])[0]
         if not math.isfinite(loss_value):
             raise GdslError(f"epoch {epoch}: the loss is {loss_value}; training diverged (try a smaller lr)")
@@ -183,26 +173,67 @@ def run_rank(args: dict) -> int:
         with torch.no_grad():
             out = model()
         metrics = _metrics(model, out, names) if model.graph.labels is not None and cfg.loss.fn != "mse" else {}
-        traffic = comm.stats.take()
-        rec = {"epoch": epoch, "loss": loss_value, **metrics, "time": time.perf_counter() - t0,
-               "train_time": t_train}
-        if report or args.get("json"):
-            rec["comm"] = _gather_traffic(comm, traffic)
+        eval_traffic = comm.stats.take()
+        rec = {"epoch": epoch, "loss": loss_value, **metrics, "time": time.perf_counter() - t0, "train_time": t_train}
+        if traffic:
+            rec["comm"] = _gather_traffic(comm, train_traffic)
+            rec["comm_eval"] = _gather_traffic(comm, eval_traffic)
         history.append(rec)
-        if progress is not None:
-            from gdsl.runtime.trainer import EpochStats
-            progress(EpochStats(epoch, loss_value, metrics, rec["time"]))
-        if ck is not None and (epoch % every == 0 or epoch == epochs):
+        if on_epoch is not None:
+            on_epoch(rec)
+        if checkpoint is not None and (epoch % every == 0 or epoch == epochs):
             model.finish()
-            _save_checkpoint(ck, comm, model, opt, epoch, history)
+            _save_checkpoint(checkpoint, comm, model, opt, epoch, history)
     model.finish()
+    return history
+
+
+def run_rank(args: dict) -> int:
+    """One rank of `gdsl run --np P` (args: the launcher's JSON)."""
+    from mpi4py import MPI
+
+    import gdsl
+    from gdsl.dist.comm import Comm
+    from gdsl.dist.part import load_part, part_path
+    from gdsl.runtime.trainer import EpochStats, Progress, make_optimizer, write_json
+
+    comm = Comm(MPI.COMM_WORLD)
+    rank, size = comm.rank, comm.size
+    prog = gdsl.compile(args["program"], train=args.get("train"), **args.get("overrides", {}))
+    cfg = prog.train
+    if cfg is None:
+        raise GdslError(f"{args['program']}: the program has no train block")
+    pdir = Path(args["parts"])
+    part = load_part(pdir, rank, size, expect={"program": program_key(prog.source, prog.overrides, prog.train_name)})
+    dims = read_header(part_path(pdir, rank))["dims"]
+    seed = args.get("seed", 0)
+    model = make_model(prog, part, comm, dims, seed)
+    opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
+    epochs = args.get("epochs") or cfg.epochs
+    history: list[dict] = []
+    start = 0
+    if args.get("resume"):
+        start, history = _load_checkpoint(Path(args["resume"]), comm, model, opt)
+        if rank == 0:
+            print(f"gdsl run: resuming after epoch {start} from {args['resume']}", file=sys.stderr)
+    progress = Progress(epochs, every=args.get("log_every")) if rank == 0 else None
+
+    def on_epoch(rec):
+        if progress is not None:
+            progress(EpochStats(rec["epoch"], rec["loss"], {k: v for k, v in rec.items() if k.endswith("_acc")},
+                                rec["time"]))
+
+    report = args.get("report") == "comm"
+    ck = Path(args["checkpoint"]) if args.get("checkpoint") else None
+    train_loop(model, cfg, comm, epochs, opt=opt, start=start, history=history, on_epoch=on_epoch,
+               checkpoint=ck, every=int(args.get("checkpoint_every") or 10), traffic=bool(report or args.get("json")))
     if rank == 0:
         _print_summary(history, report, part, args)
         if args.get("json"):
             last = history[-1] if history else {}
             write_json(args["json"], {"program": args["program"], "np": size, "plan": part.spec.describe(),
-                                      "exact": part.spec.exact, "seed": args.get("seed", 0),
-                                      "epochs": history, "final": {k: v for k, v in last.items() if k != "comm"}})
+                                      "exact": part.spec.exact, "seed": seed, "epochs": history,
+                                      "final": {k: v for k, v in last.items() if not k.startswith("comm")}})
             print(f"wrote {args['json']}", file=sys.stderr)
     return 0
 
@@ -229,7 +260,9 @@ def _print_summary(history: list, report: bool, part, args) -> None:
         for h in history:
             tot = sum(sum(v["sent"]) for v in h["comm"].values())
             print(f"  epoch {h['epoch']}: {tot:,} bytes sent in total")
-        print(f"  per op (epoch {last['epoch']}):")
+        ev = sum(sum(v["sent"]) for v in last["comm_eval"].values())
+        print(f"  (evaluation passes, not included above: {ev:,} bytes per epoch)")
+        print(f"  per op (training step of epoch {last['epoch']}):")
         width = max((len(k) for k in last["comm"]), default=10)
         print(f"    {'collective / op':<{width}}  {'calls':>5}  {'sent/rank (max)':>16}  {'recv/rank (max)':>16}  {'total sent':>14}")
         for k, v in last["comm"].items():

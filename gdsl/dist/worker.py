@@ -28,6 +28,12 @@ def _message(e: BaseException) -> str:
 def run(args: dict) -> int:
     from mpi4py import MPI
     rank = MPI.COMM_WORLD.Get_rank()
+    if args.get("run_dir"):
+        try:
+            with open(os.path.join(args["run_dir"], f"rank-{rank}.pid"), "w") as f:
+                f.write(str(os.getpid()))
+        except OSError:
+            pass
     try:
         from gdsl.dist.run import run_rank
         return run_rank(args)

@@ -1,0 +1,157 @@
+"""`gdsl run --np P` and `gdsl partition`: choosing the plan, partitioning,
+launching (or joining a launcher's ranks)."""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from gdsl.diagnostics import GdslError
+from gdsl.dist.part import Spec, parse_spec, part_path, read_header
+
+
+def _from_candidate(cand, P: int, approximate: bool) -> str | None:
+    """The executable spec text of a cost-model candidate, or None."""
+    c = cand.cost
+    params = dict(c.params)
+    name = c.strategy
+    if name == "rows":
+        return f"rows({params.get('partition', 'hash')})"
+    if name == "edge_cut":
+        return "rows(metis)"
+    if name == "rows_replicated":
+        return f"rows_replicated({int(params['c'])})"
+    if name == "redistribute":
+        ra = params.get("R_A")
+        return "redistribute" if ra is None or int(ra) == P else None
+    if name == "vertex_cut":
+        return "vertex_cut" if params.get("delay", 0) in (0, "0") or approximate else None
+    if name in ("features", "replicate"):
+        return name
+    return None  # grid2d / grid3d: modelled, not executed
+
+
+def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, seed: int,
+                mem_per_rank: str | None = None, quiet: bool = False) -> Spec:
+    """--partition, else the schedule's `partition` hint, else the cost model's
+    fastest executable plan (`auto`)."""
+    sched = prog.compiled.checked.schedule
+    text = partition or (sched.get("partition") if sched.get("partition") not in (None, "auto") else None)
+    if delay is None:
+        delay = sched.get("delay", 0)
+    if text is None:
+        if P == 1:
+            text = "replicate"
+        else:
+            from gdsl.planning import parse_bytes, plan
+            from gdsl.runtime.binding import bind_dims
+            dims = bind_dims(prog.compiled.checked, graph)
+            opts = prog.compiled.checked.graph_options
+            g = graph.with_options(self_loops=opts.get("self_loops", False), symmetric=opts.get("symmetric", False))
+            dims["E"] = g.num_edges
+            from gdsl.compiler import compile_source
+            lowered = compile_source(prog.source, prog.file, dims=dims, overrides=prog.overrides,
+                                     train=prog.train_name, stop_after="lower").module
+            pl = plan(lowered, dims, P, parse_bytes(mem_per_rank) if mem_per_rank else None,
+                      allow_approximate=delay != 0)
+            for cand in pl.choice.candidates:
+                if not cand.fits:
+                    continue
+                t = _from_candidate(cand, P, delay != 0)
+                if t is None:
+                    continue
+                try:
+                    spec = parse_spec(t, delay=delay if t.startswith("vertex_cut") else 0, halo=halo, seed=seed)
+                except GdslError:
+                    continue
+                if not quiet:
+                    note = "" if cand is pl.choice.best else f" (the model's fastest, {pl.choice.best.name}, is not executable yet)"
+                    print(f"gdsl: partition = auto: the cost model chose {cand.name}{note}", file=sys.stderr)
+                return spec
+            raise GdslError("partition = auto: no executable plan fits; name one with --partition")
+    return parse_spec(text, delay=delay, halo=halo, seed=seed)
+
+
+def worker_args(args, prog, parts: str) -> dict:
+    return {"program": args.program, "train": args.train, "overrides": prog.overrides, "parts": parts,
+            "epochs": args.epochs, "seed": args.seed, "json": args.json, "report": args.report,
+            "checkpoint": args.checkpoint, "checkpoint_every": args.checkpoint_every, "resume": args.resume,
+            "log_every": args.log_every}
+
+
+def _check_existing(parts: Path, P: int, prog) -> None:
+    from gdsl.dist.run import program_key
+    p0 = part_path(parts, 0)
+    if not p0.exists():
+        raise GdslError(f"{p0}: missing partition file for rank 0 (write them with `gdsl partition ... --out {parts}`)")
+    h = read_header(p0)
+    if h.get("size") != P:
+        raise GdslError(f"{parts}: partitioned for {h.get('size')} ranks, but --np is {P}")
+    if h.get("program") != program_key(prog.source, prog.overrides, prog.train_name):
+        raise GdslError(f"{parts}: partitioned for another program (or other --set values); partition again")
+
+
+def run_distributed(args, prog, graph, data) -> int:
+    from gdsl.dist.launch import launch, temp_parts_dir, under_launcher
+    from gdsl.dist.run import write_partition
+
+    if under_launcher():
+        return _run_as_rank(args, prog, graph)
+    P = args.np_
+    if P < 1:
+        raise GdslError(f"--np must be at least 1, got {P}")
+    tmp = None
+    if args.parts and part_path(args.parts, 0).exists():
+        _check_existing(Path(args.parts), P, prog)
+        parts = args.parts
+        print(f"gdsl run: using the partition in {parts}", file=sys.stderr)
+    else:
+        spec = choose_spec(prog, graph, P, args.partition, args.delay, args.halo, args.seed, args.mem_per_rank)
+        parts = args.parts or (tmp := temp_parts_dir())
+        info = write_partition(prog, graph, spec, P, parts)
+        extra = f", replication factor {info['replication_factor']}" if "replication_factor" in info else ""
+        print(f"gdsl run: {spec.describe()} over {P} ranks{'' if spec.exact else ' (approximate)'}; "
+              f"partitioned in {info['seconds']:.2f} s{extra}", file=sys.stderr)
+    try:
+        return launch(worker_args(args, prog, parts), P)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_as_rank(args, prog, graph) -> int:
+    """Started by mpiexec/srun: rank 0 partitions (unless --parts holds one), all ranks train."""
+    from mpi4py import MPI
+
+    from gdsl.dist import worker
+    from gdsl.dist.run import program_key, write_partition
+    comm = MPI.COMM_WORLD
+    size = comm.Get_size()
+    if args.np_ is not None and args.np_ != size:
+        raise GdslError(f"--np {args.np_} but the launcher started {size} ranks")
+    parts = args.parts or str(Path(".gdsl-parts") / f"{program_key(prog.source, prog.overrides, prog.train_name)}-{size}")
+    err = None
+    if comm.Get_rank() == 0 and not part_path(parts, 0).exists():
+        try:
+            spec = choose_spec(prog, graph, size, args.partition, args.delay, args.halo, args.seed,
+                               args.mem_per_rank)
+            write_partition(prog, graph, spec, size, parts)
+        except GdslError as e:
+            err = str(e)
+    err = comm.bcast(err, root=0)
+    if err:
+        if comm.Get_rank() == 0:
+            print(f"gdsl: error: rank 0: {err}", file=sys.stderr)
+        return 1
+    return worker.run(worker_args(args, prog, parts))
+
+
+def cmd_partition(args, prog, graph) -> int:
+    spec = choose_spec(prog, graph, args.np_, args.partition, args.delay, args.halo, args.seed, args.mem_per_rank)
+    from gdsl.dist.run import write_partition
+    info = write_partition(prog, graph, spec, args.np_, args.out)
+    print(f"wrote {args.np_} partition files to {args.out} ({spec.describe()}, {info['seconds']:.2f} s)")
+    for k, v in info.items():
+        if k not in ("P", "strategy", "seconds"):
+            print(f"  {k}: {v}")
+    return 0

@@ -1,0 +1,123 @@
+"""Distributed plans over real MPI ranks (mpiexec -n 2 and -n 4; the ranks
+oversubscribe the 2 cores of the CI machine, which is fine for correctness).
+
+Exact plans must reproduce the single-process reference loss curve (per
+epoch, 1e-4 relative, 20 epochs); approximate ones (DistGNN cd-r, 0c) must
+train to within 1.5 points of the exact test accuracy. Each P runs every
+configuration inside one MPI job (tests/dist_driver.py).
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.mpi
+
+mpi4py = pytest.importorskip("mpi4py")
+MPIEXEC = str(Path(sys.executable).parent / "mpiexec") if (Path(sys.executable).parent / "mpiexec").exists() \
+    else shutil.which("mpiexec")
+if MPIEXEC is None:
+    pytest.skip("no mpiexec (pip install mpich)", allow_module_level=True)
+
+DRIVER = ROOT / "tests" / "dist_driver.py"
+EPOCHS = 20
+GCN, SAGE, GAT = (str(ROOT / "programs" / f"{p}.gd") for p in ("gcn", "sage", "gat"))
+
+# every exact plan; (plan, halo); rows_replicated(2) needs c^2 | P
+EXACT = [("rows(hash)", "alltoallv"), ("rows(hash)", "bcast"), ("rows(random)", "alltoallv"),
+         ("rows(metis)", "alltoallv"), ("rows_replicated(2)", "alltoallv"), ("redistribute", "alltoallv"),
+         ("features", "alltoallv"), ("vertex_cut", "alltoallv"), ("replicate", "alltoallv")]
+GAT_PLANS = [("rows(hash)", "alltoallv"), ("rows(hash)", "bcast"), ("replicate", "alltoallv"), ("features", "alltoallv")]
+
+
+def _plans(P, plans):
+    return [(p, h) for p, h in plans if not (p.startswith("rows_replicated") and P % 4)]
+
+
+def _cfg(prog, data, plan, halo="alltoallv"):
+    return {"program": prog, "data": data, "plan": plan, "halo": halo, "epochs": EPOCHS}
+
+
+def _configs(P: int) -> list[dict]:
+    """The CI set; GDSL_DIST_FULL=1 runs the whole matrix the issue names
+    (every exact plan x {Cora, CiteSeer} x {gcn, sage}, gat on its plans, and
+    the 50k-vertex R-MAT graph for gcn and sage), which takes about 30 min here."""
+    if os.environ.get("GDSL_DIST_FULL") == "1":
+        out = [_cfg(prog, data, p, h) for data in ("cora", "citeseer", "rmat50k") for prog in (GCN, SAGE)
+               for p, h in _plans(P, EXACT)]
+        return out + [_cfg(GAT, "cora", p, h) for p, h in GAT_PLANS]
+    out = [_cfg(GCN, "cora", p, h) for p, h in _plans(P, EXACT)]
+    if P == 2:
+        out += [_cfg(SAGE, "cora", p) for p in ("rows(hash)", "vertex_cut", "features", "redistribute")]
+        out += [_cfg(GAT, "cora", p) for p in ("rows(hash)", "replicate")]
+        out += [_cfg(GCN, "citeseer", p) for p in ("rows(hash)", "vertex_cut")]
+        out += [_cfg(GCN, "rmat50k", "rows(hash)")]
+    else:
+        out += [_cfg(SAGE, "cora", "rows_replicated(2)"), _cfg(SAGE, "cora", "rows(hash)", "bcast")]
+        out += [_cfg(GAT, "cora", "rows(hash)", "bcast"), _cfg(GAT, "cora", "features")]
+        out += [_cfg(GCN, "citeseer", p) for p in ("rows_replicated(2)", "redistribute", "features")]
+        out += [_cfg(GCN, "rmat50k", "vertex_cut")]
+    return out
+
+
+def run_driver(P: int, configs: list[dict], timeout: int = 1500) -> list[dict]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([MPIEXEC, "-n", str(P), sys.executable, str(DRIVER), json.dumps(configs)],
+                       capture_output=True, text=True, timeout=timeout, env=env)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    lines = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
+    assert len(lines) == len(configs), r.stdout[-3000:] + r.stderr[-3000:]
+    return lines
+
+
+@functools.cache
+def results(P: int) -> dict:
+    out = {}
+    for res in run_driver(P, _configs(P)):
+        c = res["config"]
+        out[(c["program"], c["data"], c["plan"], c["halo"])] = res
+    return out
+
+
+@functools.cache
+def reference(program: str, data: str, epochs: int = EPOCHS, seed: int = 0):
+    import gdsl
+    from gdsl.runtime.trainer import train
+    if data.startswith("rmat"):
+        from gdsl.graph.synthetic import rmat_graph
+        g = rmat_graph(int(data[4:].replace("k", "000")))
+    else:
+        g = gdsl.load_graph(data)
+    return train(gdsl.compile(program), g, epochs=epochs, seed=seed, backend="reference")
+
+
+def _cases():
+    for P in (2, 4):
+        for c in _configs(P):
+            name = f"P{P}-{Path(c['program']).stem}-{c['data']}-{c['plan']}-{c['halo']}"
+            yield pytest.param(P, c, id=name)
+
+
+@pytest.mark.parametrize("P,cfg", list(_cases()))
+def test_exact_plan_matches_reference_loss_curve(P, cfg):
+    res = results(P)[(cfg["program"], cfg["data"], cfg["plan"], cfg["halo"])]
+    assert "error" not in res, res.get("error")
+    ref = reference(cfg["program"], cfg["data"])
+    ref_losses = [e.loss for e in ref.epochs]
+    assert len(res["losses"]) == len(ref_losses) == EPOCHS
+    for epoch, (a, b) in enumerate(zip(res["losses"], ref_losses), 1):
+        # 1e-4 relative; once a model has fit its training set (loss < 1e-2:
+        # sage.gd on Cora reaches 4e-4 by epoch 20) float32 rounding of the
+        # partitioned weight-gradient sums (~1e-7) is amplified past that, so
+        # there the bound is 1e-6 absolute
+        tol = max(1e-4 * abs(b), 1e-6 if b < 1e-2 else 0.0)
+        assert abs(a - b) <= tol, f"epoch {epoch}: distributed loss {a} vs reference {b}"
