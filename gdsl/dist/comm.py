@@ -18,6 +18,7 @@ Counting rules per collective:
 """
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -41,6 +42,7 @@ class Traffic:
     sent: int = 0
     recv: int = 0
     calls: int = 0
+    seconds: float = 0.0   # wall time inside the collective (waiting included)
 
 
 @dataclass
@@ -49,11 +51,12 @@ class CommStats:
 
     by_op: dict[tuple[str, str], Traffic] = field(default_factory=lambda: defaultdict(Traffic))
 
-    def add(self, coll: str, label: str, sent: int, recv: int) -> None:
+    def add(self, coll: str, label: str, sent: int, recv: int, seconds: float = 0.0) -> None:
         t = self.by_op[(coll, label)]
         t.sent += int(sent)
         t.recv += int(recv)
         t.calls += 1
+        t.seconds += seconds
 
     def take(self) -> dict[tuple[str, str], Traffic]:
         out, self.by_op = dict(self.by_op), defaultdict(Traffic)
@@ -92,9 +95,11 @@ class Comm:
         sd = np.concatenate([[0], np.cumsum(sc)[:-1]]).astype(np.int64)
         rd = np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.int64)
         dt = MPI.FLOAT if send.dtype == torch.float32 else MPI.DOUBLE
+        t0 = time.perf_counter()
         self.comm.Alltoallv([_np(send), (sc, sd), dt], [out.numpy(), (rc, rd), dt])
+        dt_s = time.perf_counter() - t0
         me, b = self.rank, send.element_size()
-        self.stats.add("alltoallv", label, (sc.sum() - sc[me]) * b, (rc.sum() - rc[me]) * b)
+        self.stats.add("alltoallv", label, (sc.sum() - sc[me]) * b, (rc.sum() - rc[me]) * b, dt_s)
         return out
 
     def allgatherv(self, x: torch.Tensor, rows: np.ndarray, label: str) -> torch.Tensor:
@@ -105,9 +110,11 @@ class Comm:
         out = x.new_empty((int(rows.sum()),) + tuple(x.shape[1:]))
         c = rows * row
         d = np.concatenate([[0], np.cumsum(c)[:-1]]).astype(np.int64)
+        t0 = time.perf_counter()
         self.comm.Allgatherv(_np(x), [out.numpy(), (c, d), MPI.FLOAT])
+        dt_s = time.perf_counter() - t0
         b = x.element_size()
-        self.stats.add("allgatherv", label, c[self.rank] * (self.size - 1) * b, (c.sum() - c[self.rank]) * b)
+        self.stats.add("allgatherv", label, c[self.rank] * (self.size - 1) * b, (c.sum() - c[self.rank]) * b, dt_s)
         return out
 
     def reduce_scatter(self, x: torch.Tensor, rows: np.ndarray, label: str) -> torch.Tensor:
@@ -117,9 +124,11 @@ class Comm:
         x = x.contiguous()
         out = x.new_empty((int(rows[self.rank]),) + tuple(x.shape[1:]))
         c = rows * row
+        t0 = time.perf_counter()
         self.comm.Reduce_scatter(_np(x), out.numpy(), c, MPI.SUM)
+        dt_s = time.perf_counter() - t0
         b = x.element_size()
-        self.stats.add("reduce_scatter", label, (c.sum() - c[self.rank]) * b, c[self.rank] * (self.size - 1) * b)
+        self.stats.add("reduce_scatter", label, (c.sum() - c[self.rank]) * b, c[self.rank] * (self.size - 1) * b, dt_s)
         return out
 
     def allreduce_(self, x: torch.Tensor, label: str, op: str = "sum") -> torch.Tensor:
@@ -129,9 +138,10 @@ class Comm:
             raise ValueError("allreduce_ needs a contiguous tensor")
         if self.size > 1:
             mop = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+            t0 = time.perf_counter()
             self.comm.Allreduce(MPI.IN_PLACE, x.detach().numpy(), mop)
             nbytes = x.numel() * x.element_size()
-            self.stats.add("allreduce", label, nbytes, nbytes)
+            self.stats.add("allreduce", label, nbytes, nbytes, time.perf_counter() - t0)
         return x
 
     def allreduce_scalars(self, values: list[float], op: str = "sum") -> list[float]:

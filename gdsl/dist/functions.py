@@ -21,6 +21,8 @@ training is plain torch autograd over these few ops.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import torch
 
@@ -155,10 +157,11 @@ class BlockBcast(torch.autograd.Function):
         outs = []
         for q, rows in stages:
             buf = x.detach().clone().contiguous() if q == my_block else x.new_empty((rows,) + tuple(x.shape[1:]))
+            t0 = time.perf_counter()
             comm.comm.Bcast([buf.numpy(), MPI.FLOAT], root=q)
             nbytes = buf.numel() * 4
             comm.stats.add("bcast", label + " fwd", nbytes * (comm.size - 1) if q == my_block else 0,
-                           0 if q == my_block else nbytes)
+                           0 if q == my_block else nbytes, time.perf_counter() - t0)
             outs.append(buf)
         return _cat(outs, x)
 
@@ -173,11 +176,12 @@ class BlockBcast(torch.autograd.Function):
             part = g[off: off + rows].contiguous()
             off += rows
             recv = torch.empty_like(part) if q == ctx.my_block else None
+            t0 = time.perf_counter()
             comm.comm.Reduce([part.numpy(), MPI.FLOAT], None if recv is None else [recv.numpy(), MPI.FLOAT],
                              op=MPI.SUM, root=q)
             nbytes = part.numel() * 4
             comm.stats.add("reduce", ctx.label + " bwd", 0 if q == ctx.my_block else nbytes,
-                           nbytes * (comm.size - 1) if q == ctx.my_block else 0)
+                           nbytes * (comm.size - 1) if q == ctx.my_block else 0, time.perf_counter() - t0)
             if recv is not None:
                 out = recv
         if out is None:

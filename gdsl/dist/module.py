@@ -23,6 +23,7 @@ parameter gradients are all-reduced by the trainer (`sync_grads`).
 """
 from __future__ import annotations
 
+import time
 import warnings
 from types import SimpleNamespace
 
@@ -473,7 +474,9 @@ class DistModule(ReferenceModule):
             # finish what was started r epochs ago for this bin (Algorithm 4 lines 13, 19)
             if (e - r) in st["sent"]:
                 reqs, bufs, kind = st["sent"].pop(e - r)
+                t0 = time.perf_counter()
                 MPI.Request.Waitall(reqs)
+                self.comm.stats.add("wait", label + " (delayed)", 0, 0, time.perf_counter() - t0)
                 up_recv, down_recv = bufs["up"], bufs.get("down")
                 st["root_in"] = (b, up_recv)
                 if down_recv is not None:

@@ -240,11 +240,13 @@ def run_rank(args: dict) -> int:
 
 def _gather_traffic(comm, traffic) -> dict:
     """Per op: bytes sent and received by each rank this epoch (gathered on every rank)."""
-    local = {f"{coll} {label}": (t.sent, t.recv, t.calls) for (coll, label), t in traffic.items()}
+    local = {f"{coll} {label}": (t.sent, t.recv, t.calls, t.seconds) for (coll, label), t in traffic.items()}
     allr = comm.comm.allgather(local)
     keys = sorted({k for d in allr for k in d})
-    return {k: {"sent": [d.get(k, (0, 0, 0))[0] for d in allr], "recv": [d.get(k, (0, 0, 0))[1] for d in allr],
-                "calls": max(d.get(k, (0, 0, 0))[2] for d in allr)} for k in keys}
+    z = (0, 0, 0, 0.0)
+    return {k: {"sent": [d.get(k, z)[0] for d in allr], "recv": [d.get(k, z)[1] for d in allr],
+                "calls": max(d.get(k, z)[2] for d in allr), "seconds": [d.get(k, z)[3] for d in allr]}
+            for k in keys}
 
 
 def _print_summary(history: list, report: bool, part, args) -> None:
