@@ -35,4 +35,27 @@ class Partition:
             "memory_per_rank_bytes": int(best.memory_bytes),
             "runner_up": runner.name if runner else "none",
         }
+        # every collective the plan predicts, on the aggregation of its layer
+        # (layer l = the l-th aggregate in program order); the weight-gradient
+        # all-reduces and other per-layer collectives too
+        aggs = [op for op in module.main.ops if op.name in ("aggregate", "gather", "gat_aggregate")]
+        per_layer: dict[int, list[str]] = {}
+        for oc in best.cost.ops:
+            if oc.kind != "comm":
+                continue
+            words = float(oc.words) * float(oc.count)
+            per_layer.setdefault(int(oc.layer), []).append(f"{'fwd' if oc.phase == 'forward' else 'bwd'} {oc.op} {_words(words)}")
+        for layer, items in per_layer.items():
+            if 1 <= layer <= len(aggs):
+                aggs[layer - 1].attrs["comm"] = "; ".join(items)
+            else:
+                module.attrs["plan"].setdefault("comm", []).extend(items)
         return module
+
+
+def _words(w: float) -> str:
+    """Words per rank, short: 1.2K, 3.4M."""
+    for unit, k in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
+        if w >= k:
+            return f"{w / k:.3g}{unit} words"
+    return f"{w:.3g} words"
