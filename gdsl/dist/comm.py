@@ -64,6 +64,8 @@ class CommStats:
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
+    """A numpy view of a CPU tensor (CUDA tensors are staged through host
+    memory by the callers: see `Comm.on_host`)."""
     return t.detach().contiguous().numpy()
 
 

@@ -321,20 +321,21 @@ def _with_full_graph(parts: list[RankPart], g: Graph, cols: bool) -> None:
             pr.extra["feature_cols"] = np.array([lo, hi])
 
 
-def _features(spec: Spec, g: Graph, P: int) -> list[RankPart]:
+def _block_rows_with_full_graph(spec: Spec, g: Graph, P: int, cols: bool) -> list[RankPart]:
+    """P3 (`cols`: layer-1 feature columns) and RDM: block rows, plus the whole graph."""
     parts = _rows(Spec("rows", "block", 0, spec.halo, spec.seed), g, P)
     for pr in parts:
         pr.spec = spec
-    _with_full_graph(parts, g, cols=True)
+    _with_full_graph(parts, g, cols=cols)
     return parts
+
+
+def _features(spec: Spec, g: Graph, P: int) -> list[RankPart]:
+    return _block_rows_with_full_graph(spec, g, P, cols=True)
 
 
 def _redistribute(spec: Spec, g: Graph, P: int) -> list[RankPart]:
-    parts = _rows(Spec("rows", "block", 0, spec.halo, spec.seed), g, P)
-    for pr in parts:
-        pr.spec = spec
-    _with_full_graph(parts, g, cols=False)
-    return parts
+    return _block_rows_with_full_graph(spec, g, P, cols=False)
 
 
 # ---------------------------------------------------------------- files
