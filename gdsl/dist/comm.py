@@ -65,8 +65,19 @@ class CommStats:
 
 def _np(t: torch.Tensor) -> np.ndarray:
     """A numpy view of a CPU tensor (CUDA tensors are staged through host
-    memory by the callers: see `Comm.on_host`)."""
+    memory first: see `_on_host`)."""
     return t.detach().contiguous().numpy()
+
+
+def _on_host(method):
+    """Run a collective on a CUDA tensor through a host copy (no CUDA-aware
+    MPI is assumed); CPU tensors pass straight through."""
+    def wrapper(self, x: torch.Tensor, *args, **kwargs):
+        if not x.is_cuda:
+            return method(self, x, *args, **kwargs)
+        return method(self, x.cpu(), *args, **kwargs).to(x.device)
+    wrapper.__doc__, wrapper.__name__ = method.__doc__, method.__name__
+    return wrapper
 
 
 class Comm:
@@ -86,6 +97,7 @@ class Comm:
     def _row(t: torch.Tensor) -> int:
         return int(np.prod(t.shape[1:], dtype=np.int64)) if t.dim() > 1 else 1
 
+    @_on_host
     def alltoallv(self, send: torch.Tensor, send_rows: np.ndarray, recv_rows: np.ndarray, label: str) -> torch.Tensor:
         """`send` holds the rows for rank 0, then rank 1, ... (`send_rows[q]` each);
         returns the rows received, ordered by source rank."""
@@ -104,6 +116,7 @@ class Comm:
         self.stats.add("alltoallv", label, (sc.sum() - sc[me]) * b, (rc.sum() - rc[me]) * b, dt_s)
         return out
 
+    @_on_host
     def allgatherv(self, x: torch.Tensor, rows: np.ndarray, label: str) -> torch.Tensor:
         """Every rank's block (`rows[q]` rows from rank q), concatenated in rank order."""
         MPI = mpi()
@@ -119,6 +132,7 @@ class Comm:
         self.stats.add("allgatherv", label, c[self.rank] * (self.size - 1) * b, (c.sum() - c[self.rank]) * b, dt_s)
         return out
 
+    @_on_host
     def reduce_scatter(self, x: torch.Tensor, rows: np.ndarray, label: str) -> torch.Tensor:
         """Sum `x` (all blocks, rank order) over ranks; return this rank's block."""
         MPI = mpi()
@@ -138,6 +152,8 @@ class Comm:
         MPI = mpi()
         if not x.is_contiguous():
             raise ValueError("allreduce_ needs a contiguous tensor")
+        if x.is_cuda:
+            return x.copy_(self.allreduce_(x.cpu(), label, op))
         if self.size > 1:
             mop = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
             t0 = time.perf_counter()
