@@ -126,6 +126,22 @@ def test_plan_the_program_cannot_run_is_refused():
 
 # ---------------------------------------------------------------- approximate plans
 
+def test_delayed_aggregation_reaches_the_exact_values_on_a_frozen_model(tmp_path):
+    """cd-r with a model that does not change (lr 1e-20, no dropout): once the
+    delay pipeline has filled (2r epochs per layer) every split vertex holds
+    its complete aggregate, so the loss equals cd-0's exactly; 0c never gets
+    there (its remote partials are ignored), and cd-r starts out as 0c."""
+    prog = tmp_path / "frozen.gd"
+    prog.write_text(Path(GCN).read_text().replace("adam(lr = 0.01, weight_decay = 5e-4)", "sgd(lr = 1e-20)"))
+    cfgs = [{"program": str(prog), "data": "cora", "plan": "vertex_cut", "delay": d, "epochs": 12, "set": {"p": 0.0}}
+            for d in (0, 2, "none")]
+    exact, cd2, zero = (res["losses"] for res in run_driver(4, cfgs))
+    assert len(set(round(x, 9) for x in exact)) == 1
+    assert cd2[0] == pytest.approx(zero[0], rel=1e-7) and zero[0] != pytest.approx(exact[0], rel=1e-5)
+    assert cd2[-1] == pytest.approx(exact[-1], rel=1e-6)
+    assert all(z == pytest.approx(zero[0], rel=1e-7) for z in zero)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("data", ["cora", "citeseer"])
 def test_delayed_and_zero_communication_plans_train_close_to_exact(data):

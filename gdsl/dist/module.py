@@ -452,81 +452,24 @@ class DistModule(ReferenceModule):
         return self._delayed(partial, reduce, op, label)
 
     def _delayed(self, partial: torch.Tensor, reduce: str, op: Op, label: str) -> torch.Tensor:
-        """DistGNN cd-r (§5.3, Algorithm 4): the split vertices are binned into
-        r bins by global id; in epoch e the leaves of bin e % r send their
-        partial aggregates to the roots (non-blocking, lines 10-11); r epochs
-        later the roots receive them and send back their totals (lines 13-16),
-        which the leaves receive another r epochs later (lines 19-20).
-
-        Every epoch each vertex uses its fresh local partial aggregate plus the
-        latest remote contribution received for its bin (at most 2r epochs
-        old): the "stale, partially-aggregated remote vertex features" of §5.3.
-        (Read literally, lines 13-20 add remote contributions only for bin e % r
-        in epoch e, leaving the other bins local-only; on Cora at P = 4 that
-        trained 4 points below the exact plan, about as 0c does, so gdsl keeps
-        every bin's latest contribution.) Remote contributions are constants
-        for the gradient. Sums only (GCN/SAGE aggregation); max/min refuse."""
-        from gdsl.dist.comm import mpi
-        MPI = mpi()
+        """DistGNN cd-r (§5.3, Algorithm 4) on this aggregation, forward and
+        backward (the backward of an aggregation is an aggregation too, and
+        runs through its own delayed pipeline): see `fn.DelayPipe`."""
         if reduce != "sum":
             raise GdslError(f"{label}: delayed aggregation (cd-r) is implemented for sum and mean reductions, "
                             f"not {reduce}")
-        r = int(self.spec.delay)
-        tree = self._tree
-        st = self._delay_state.setdefault(op, {"sent": {}, "root_in": {}, "leaf_in": {}})
-        x = partial.detach()
-        row = int(np.prod(x.shape[1:], dtype=np.int64)) if x.dim() > 1 else 1
-        if "bins" not in st:
-            gid = self.row_gid
-            st["bins"] = [((gid[tree.leaf_all] % r) == b, (gid[tree.root_all] % r) == b) for b in range(r)]
-        e = self.epoch
-        b = e % r
-        if (e - r) in st["sent"]:  # what bin b started r epochs ago has arrived
-            reqs, bufs = st["sent"].pop(e - r)
-            t0 = time.perf_counter()
-            MPI.Request.Waitall(reqs)
-            self.comm.stats.add("wait", label + " (delayed)", 0, 0, time.perf_counter() - t0)
-            st["root_in"][b] = bufs["up"]
-            if "down" in bufs:
-                st["leaf_in"][b] = bufs["down"]
-        out = x.clone()
-        for bb, buf in st["root_in"].items():
-            out.index_add_(0, tree.root_all[st["bins"][bb][1]], buf)
-        leaf_mask, root_mask = st["bins"][b]
-        # this epoch's sends for bin b: leaves' fresh partials up, roots' totals down
-        up_counts = np.array([int(m.sum()) for m in torch.split(leaf_mask, list(tree.leaf_counts))], np.int64)
-        rc = np.array([int(m.sum()) for m in torch.split(root_mask, list(tree.root_counts))], np.int64)
-        up_send = x.index_select(0, tree.leaf_all[leaf_mask]).contiguous()
-        up_recv = x.new_empty((int(rc.sum()),) + tuple(x.shape[1:]))
-        reqs = [self._ialltoallv(up_send, up_counts, up_recv, rc, row, label + " leaf->root (delayed)")]
-        bufs = {"up": up_recv, "keep": up_send}
-        if b in st["root_in"]:
-            down_send = out.index_select(0, tree.root_all[root_mask]).contiguous()
-            down_recv = x.new_empty((int(up_counts.sum()),) + tuple(x.shape[1:]))
-            reqs.append(self._ialltoallv(down_send, rc, down_recv, up_counts, row, label + " root->leaf (delayed)"))
-            bufs.update(down=down_recv, keep2=down_send)
-        st["sent"][e] = (reqs, bufs)
-        for bb, buf in st["leaf_in"].items():
-            out.index_copy_(0, tree.leaf_all[st["bins"][bb][0]], buf)
-        return partial + (out - x)
-
-    def _ialltoallv(self, send, sc, recv, rc, row, label):
-        from gdsl.dist.comm import mpi
-        MPI = mpi()
-        sc_e, rc_e = sc * row, rc * row
-        sd = np.concatenate([[0], np.cumsum(sc_e)[:-1]]).astype(np.int64)
-        rd = np.concatenate([[0], np.cumsum(rc_e)[:-1]]).astype(np.int64)
-        me = self.comm.rank
-        self.comm.stats.add("ialltoallv", label, (sc_e.sum() - sc_e[me]) * 4, (rc_e.sum() - rc_e[me]) * 4)
-        return self.comm.comm.Ialltoallv([send.numpy(), (sc_e, sd), MPI.FLOAT], [recv.numpy(), (rc_e, rd), MPI.FLOAT])
+        if op not in self._delay_state:
+            r = int(self.spec.delay)
+            self._delay_state[op] = (fn.DelayPipe(self._tree, self.row_gid, r, self.comm, label + " fwd"),
+                                     fn.DelayPipe(self._tree, self.row_gid, r, self.comm, label + " bwd"))
+        fwd, bwd = self._delay_state[op]
+        return fn.Delayed.apply(partial, fwd, bwd, self.epoch)
 
     def finish(self) -> None:
         """Complete outstanding delayed collectives (before exit or a checkpoint)."""
-        from gdsl.dist.comm import mpi
-        for st in self._delay_state.values():
-            for reqs, _ in st["sent"].values():
-                mpi().Request.Waitall(reqs)
-            st["sent"].clear()
+        for pipes in self._delay_state.values():
+            for pipe in pipes:
+                pipe.finish()
 
     # ---------------------------------------------------------------- dropout on local rows
     def dropout_keep(self, op: Op, x: torch.Tensor, gen: torch.Generator, p: float) -> torch.Tensor:
