@@ -143,6 +143,8 @@ def test_delayed_aggregation_reaches_the_exact_values_on_a_frozen_model(tmp_path
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("GDSL_DIST_FULL") != "1",
+                    reason="6 runs of 200 epochs on 4 ranks (~10 min on 2 cores): GDSL_DIST_FULL=1 runs it")
 @pytest.mark.parametrize("data", ["cora", "citeseer"])
 def test_delayed_and_zero_communication_plans_train_close_to_exact(data):
     """DistGNN cd-r (r = 2, 5) and 0c: test accuracy within 1.5 points of the
