@@ -452,24 +452,20 @@ class DistModule(ReferenceModule):
         return self._delayed(partial, reduce, op, label)
 
     def _delayed(self, partial: torch.Tensor, reduce: str, op: Op, label: str) -> torch.Tensor:
-        """DistGNN cd-r (§5.3, Algorithm 4) on this aggregation, forward and
-        backward (the backward of an aggregation is an aggregation too, and
-        runs through its own delayed pipeline): see `fn.DelayPipe`."""
+        """DistGNN cd-r (§5.3, Algorithm 4) on this aggregation's forward (see
+        `fn.DelayPipe`); its backward combines gradients at once (`fn.Delayed`)."""
         if reduce != "sum":
             raise GdslError(f"{label}: delayed aggregation (cd-r) is implemented for sum and mean reductions, "
                             f"not {reduce}")
         if op not in self._delay_state:
-            r = int(self.spec.delay)
-            self._delay_state[op] = (fn.DelayPipe(self._tree, self.row_gid, r, self.comm, label + " fwd"),
-                                     fn.DelayPipe(self._tree, self.row_gid, r, self.comm, label + " bwd"))
-        fwd, bwd = self._delay_state[op]
-        return fn.Delayed.apply(partial, fwd, bwd, self.epoch)
+            self._delay_state[op] = fn.DelayPipe(self._tree, self.row_gid, int(self.spec.delay), self.comm,
+                                                 label + " fwd")
+        return fn.Delayed.apply(partial, self._delay_state[op], self._tree, label, self.epoch)
 
     def finish(self) -> None:
         """Complete outstanding delayed collectives (before exit or a checkpoint)."""
-        for pipes in self._delay_state.values():
-            for pipe in pipes:
-                pipe.finish()
+        for pipe in self._delay_state.values():
+            pipe.finish()
 
     # ---------------------------------------------------------------- dropout on local rows
     def dropout_keep(self, op: Op, x: torch.Tensor, gen: torch.Generator, p: float) -> torch.Tensor:
