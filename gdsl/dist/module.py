@@ -453,14 +453,14 @@ class DistModule(ReferenceModule):
 
     def _delayed(self, partial: torch.Tensor, reduce: str, op: Op, label: str) -> torch.Tensor:
         """DistGNN cd-r (§5.3, Algorithm 4) on this aggregation's forward (see
-        `fn.DelayPipe`); its backward combines gradients at once (`fn.Delayed`)."""
+        `fn.DelayPipe`); remote contributions are constants for the gradient (`fn.Delayed`)."""
         if reduce != "sum":
             raise GdslError(f"{label}: delayed aggregation (cd-r) is implemented for sum and mean reductions, "
                             f"not {reduce}")
         if op not in self._delay_state:
             self._delay_state[op] = fn.DelayPipe(self._tree, self.row_gid, int(self.spec.delay), self.comm,
                                                  label + " fwd")
-        return fn.Delayed.apply(partial, self._delay_state[op], self._tree, label, self.epoch)
+        return fn.Delayed.apply(partial, self._delay_state[op], self.epoch)
 
     def finish(self) -> None:
         """Complete outstanding delayed collectives (before exit or a checkpoint)."""
