@@ -12,15 +12,16 @@ from gdsl.graph.graph import Graph
 from gdsl.ir.printer import print_module
 from gdsl.runtime.binding import bind_dims
 
-BACKENDS = ("reference", "numba")
+BACKENDS = ("reference", "numba", "triton")
 
 
 def default_backend(target: str | None = None) -> str:
     """The backend a program runs on when none is named: `schedule { target =
-    cpu }` picks numba; otherwise the reference backend (numba becomes the
-    CPU default once its kernels are measured ahead of the peers, bench/)."""
+    cpu }` picks numba, `target = gpu` triton; otherwise the reference
+    backend (numba becomes the CPU default once its kernels are measured
+    ahead of the peers, bench/)."""
     if target == "gpu":
-        raise GdslError("schedule target = gpu: the GPU (Triton) backend is not built yet")
+        return "triton"
     return "numba" if target == "cpu" else "reference"
 
 
@@ -55,7 +56,8 @@ class Program:
 
     def module(self, graph: Graph, backend: str | None = None) -> nn.Module:
         """The program bound to `graph` as a `torch.nn.Module` on `backend`
-        (default: numba when the schedule says `target = cpu`, else reference)."""
+        (default: numba when the schedule says `target = cpu`, triton when it
+        says `target = gpu`, else reference)."""
         backend = backend or self.default_backend
         if backend not in BACKENDS:
             raise GdslError(f"unknown backend '{backend}' (available: {', '.join(BACKENDS)})")
@@ -66,6 +68,11 @@ class Program:
             except ImportError as e:
                 raise GdslError(f"backend 'numba' needs the numba package ({e}); pip install 'gdsl[numba]'") from None
             return NumbaModule(bound.module, graph)
+        if backend == "triton":
+            from gdsl.backends.triton import require_backend
+            require_backend()   # GdslError without triton, or without a GPU and TRITON_INTERPRET=1
+            from gdsl.backends.triton.module import TritonModule
+            return TritonModule(bound.module, graph)
         from gdsl.backends.reference import ReferenceModule
         return ReferenceModule(bound.module, graph)
 

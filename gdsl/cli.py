@@ -33,8 +33,8 @@ def _parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("compile", help="check a program and print its AST or IR")
     common(c)
-    c.add_argument("--emit", choices=STAGES + ("numba",), help="what to print (default: ir-opt, or nothing when "
-                   "--print-ir-after* or --dump-dir is given)")
+    c.add_argument("--emit", choices=STAGES + ("numba", "triton"), help="what to print: a stage, or the generated "
+                   "kernels of a backend (default: ir-opt, or nothing when --print-ir-after* or --dump-dir is given)")
     c.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass")
     c.add_argument("--print-ir-after", metavar="PASS", action="append", default=[], help="print the IR after PASS")
     c.add_argument("--dump-dir", metavar="DIR", help="write the AST and the IR after every pass into DIR")
@@ -46,8 +46,9 @@ def _parser() -> argparse.ArgumentParser:
     common(r)
     r.add_argument("--epochs", type=int, help="override the train block's epochs")
     r.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    r.add_argument("--backend", choices=("reference", "numba"),
-                   help="execution backend (default: numba if the schedule says target = cpu, else reference)")
+    r.add_argument("--backend", choices=("reference", "numba", "triton"),
+                   help="execution backend (default: numba if the schedule says target = cpu, triton if it says "
+                        "target = gpu, else reference)")
     r.add_argument("--json", metavar="FILE", help="write per-epoch and final metrics to FILE")
     r.add_argument("--split", type=int, default=0, help="which split of a multi-split dataset (default 0)")
     r.add_argument("--log-every", type=int, help="print every K epochs when not on a terminal")
@@ -291,6 +292,9 @@ def cmd_compile(args, parser) -> int:
         except ImportError as e:
             raise GdslError(f"--emit numba needs the numba package ({e}); pip install 'gdsl[numba]'") from None
         print(module_kernel_sources(compiled.module), end="")
+    elif emit == "triton":   # source text only: needs neither triton nor a GPU
+        from gdsl.backends.triton.module import module_kernel_sources as triton_sources
+        print(triton_sources(compiled.module), end="")
     return 0
 
 

@@ -1,0 +1,225 @@
+"""The Triton backend against the reference backend: every program (outputs
+and parameter gradients), gcn / sage / gat trained end to end, selection
+(`backend="triton"`, `--backend triton`, `schedule { target = gpu }`) and
+its error without a GPU, `--emit triton`.
+
+Runs the kernels under Triton's interpreter (TRITON_INTERPRET=1, set below
+before anything imports triton; the backend reads it at the kernels' first
+launch) on tiny graphs: the interpreter costs about a millisecond per tl
+operation per program.  With TRITON_INTERPRET=0 and a GPU the same tests
+run on the GPU.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+pytest.importorskip("triton")
+
+import gdsl  # noqa: E402
+from filecheck_runner import run_gdsl  # noqa: E402
+from gdsl.backends.triton import NO_GPU, interpret_mode  # noqa: E402
+from gdsl.diagnostics import GdslError  # noqa: E402
+from helpers import random_graph  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = sorted([*(ROOT / "programs").glob("*.gd"), *(ROOT / "programs" / "extra").glob("*.gd")])
+RUNNABLE = interpret_mode() or torch.cuda.is_available()
+needs_kernels = pytest.mark.skipif(not RUNNABLE, reason="TRITON_INTERPRET=0 and no CUDA GPU")
+
+# small models: the interpreter's cost grows with rows x heads x steps
+SMALL = {"hidden": 4, "heads": 2}
+
+
+def _graph_for(src: str, seed=11):
+    g = random_graph(n=14, e=40, f=5, c=3, seed=seed, isolated=2)
+    if "input w : edge" in src:
+        g.edata["w"] = torch.rand(g.num_edges) + 0.5
+    return g
+
+
+def _compile(src_or_path, **kw):
+    text = Path(src_or_path).read_text() if isinstance(src_or_path, Path) else src_or_path
+    overrides = {k: v for k, v in SMALL.items() if f"{k} =" in text or f"{k}=" in text}
+    try:
+        return gdsl.compile(src_or_path, **overrides, **kw)
+    except (gdsl.CompileError, GdslError):   # a model without one of the static arguments
+        return gdsl.compile(src_or_path, **kw)
+
+
+def _same_grads(ref, tr, a, b):
+    w = torch.randn_like(a)
+    ga = torch.autograd.grad((a * w).sum(), list(ref.parameters()), allow_unused=True)
+    gb = torch.autograd.grad((b * w.to(b.device)).sum(), list(tr.parameters()), allow_unused=True)
+    for (name, _), x, y in zip(ref.named_parameters(), ga, gb):
+        if x is None or y is None:
+            assert x is None and y is None, name
+        else:
+            torch.testing.assert_close(y.cpu(), x, rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"grad of {name}: {m}")
+
+
+@needs_kernels
+@pytest.mark.parametrize("path", PROGRAMS, ids=[p.stem for p in PROGRAMS])
+def test_triton_equals_reference(path):
+    src = path.read_text()
+    g = _graph_for(src)
+    prog = _compile(path)
+    ref = prog.module(g, backend="reference")
+    tr = prog.module(g, backend="triton")
+    tr.load_state_dict(ref.state_dict())
+    ref.eval()
+    tr.eval()
+    a, b = ref(), tr()
+    torch.testing.assert_close(b.cpu(), a, rtol=1e-4, atol=1e-5)
+    _same_grads(ref, tr, a, b)
+
+
+@needs_kernels
+def test_example_programs_run_their_graph_ops_on_triton():
+    g = _graph_for("")
+    for name in ("gcn", "sage", "gat"):
+        model = _compile(ROOT / "programs" / f"{name}.gd").module(g, backend="triton")
+        plan = model.kernel_plan()
+        assert plan and all(where.startswith("triton") for _, where in plan), plan
+    sage = _compile(ROOT / "programs" / "sage.gd").module(g, backend="triton")
+    assert any("row scale in the aggregation epilogue" in line for line in sage.fusion_plan())
+
+
+@needs_kernels
+@pytest.mark.filterwarnings("ignore:train block")
+@pytest.mark.parametrize("name", ["gcn", "sage", "gat"])
+def test_training_matches_reference(name):
+    """Three epochs of full-batch training (dropout on: the backend draws the
+    reference's masks) give the reference's losses and accuracies."""
+    from gdsl.runtime.trainer import train
+
+    g = _graph_for("", seed=3)
+    prog = _compile(ROOT / "programs" / f"{name}.gd")
+    r1 = train(prog, g, backend="reference", epochs=3, seed=5)
+    r2 = train(prog, g, backend="triton", epochs=3, seed=5)
+    assert [e.loss for e in r2.epochs] == pytest.approx([e.loss for e in r1.epochs], rel=1e-4)
+    assert [e.metrics for e in r2.epochs] == [e.metrics for e in r1.epochs]
+
+
+@needs_kernels
+def test_unfused_module_agrees_and_input_features_get_no_gradient():
+    from gdsl.backends.triton.module import TritonModule
+
+    g = _graph_for("", seed=6)
+    fused = _compile(ROOT / "programs" / "sage.gd").module(g, backend="triton")
+    plain = TritonModule(fused.ir, fused.graph, fuse=False)
+    plain.load_state_dict(fused.state_dict())
+    assert not plain.fusion_plan()
+    fused.eval()
+    plain.eval()
+    x = g.features.clone()
+    out = fused(x)
+    torch.testing.assert_close(out, plain(x), rtol=1e-5, atol=1e-6)
+    out.sum().backward()
+    assert x.grad is None and all(p.grad is not None for p in fused.parameters())
+
+
+def test_no_gpu_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    g = _graph_for("")
+    prog = gdsl.compile(ROOT / "programs" / "gcn.gd")
+    with pytest.raises(GdslError, match="no CUDA GPU: the triton backend needs one; set TRITON_INTERPRET=1"):
+        prog.module(g, backend="triton")
+    code, _, err = run_gdsl(["run", str(ROOT / "programs" / "gcn.gd"), "--backend", "triton", "--epochs", "1"])
+    assert code == 1 and f"gdsl: error: {NO_GPU}" in err, err
+    # target = gpu picks triton, with the same error here
+    src = (ROOT / "programs" / "gcn.gd").read_text() + "schedule { target = gpu }\n"
+    prog = gdsl.compile(src)
+    assert prog.default_backend == "triton"
+    with pytest.raises(GdslError, match="no CUDA GPU"):
+        prog.module(g)
+
+
+def test_missing_triton_is_a_clear_error(monkeypatch):
+    import gdsl.backends.triton as bt
+
+    monkeypatch.setattr(bt, "triton_installed", lambda: False)
+    with pytest.raises(GdslError, match=r"needs the triton package; pip install 'gdsl\[triton\]'"):
+        gdsl.compile(ROOT / "programs" / "gcn.gd").module(_graph_for(""), backend="triton")
+
+
+def test_emit_triton_prints_the_kernels():
+    code, out, err = run_gdsl(["compile", str(ROOT / "programs" / "gat.gd"), "--emit", "triton"])
+    assert code == 0, err
+    assert "@triton.jit" in out and "@triton.autotune" in out and "def gat_fwd(" in out
+    code, out, err = run_gdsl(["compile", str(ROOT / "programs" / "sage.gd"), "--emit", "triton"])
+    assert code == 0, err
+    assert "def agg_copy_src_sum_none_rs(" in out   # mean / 1 / degree as a row scale
+    code, out, _ = run_gdsl(["compile", str(ROOT / "programs" / "extra" / "mlp.gd"), "--emit", "triton"])
+    assert code == 0 and "nothing runs on Triton" in out
+
+
+def test_emit_triton_does_not_import_triton():
+    """The sources are text: printing them needs neither triton nor a GPU."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from gdsl.cli import main; "
+            f"rc = main(['compile', {str(ROOT / 'programs' / 'gcn.gd')!r}, '--emit', 'triton']); "
+            "assert rc == 0 and 'triton' not in sys.modules, sorted(m for m in sys.modules if 'triton' in m)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    assert "def agg_mul_sum_s(" in r.stdout
+
+
+@needs_kernels
+def test_cli_run_backend_triton(tmp_path):
+    import json
+
+    import numpy as np
+
+    g = _graph_for("", seed=2)
+    path = tmp_path / "g.npz"
+    np.savez(path, src=g.src.numpy(), dst=g.dst.numpy(), features=g.features.numpy(), labels=g.labels.numpy(),
+             train_mask=g.train_mask.numpy(), val_mask=g.val_mask.numpy(), test_mask=g.test_mask.numpy())
+    out = tmp_path / "r.json"
+    code, text, err = run_gdsl(["run", str(ROOT / "programs" / "gcn.gd"), "--data", str(path), "--backend", "triton",
+                                "--epochs", "2", "--set", "hidden=4", "--json", str(out)])
+    assert code == 0, err
+    assert "backend triton" in err and "final (epoch 2)" in text
+    assert json.loads(out.read_text())["backend"] == "triton"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.filterwarnings("ignore:train block")
+@pytest.mark.parametrize("name", ["gcn", "sage", "gat"])
+def test_on_the_gpu(name, monkeypatch):
+    """With a GPU (and the interpreter off): the module keeps the graph,
+    params and activations on the GPU, returns its output beside the graph's
+    features (so the trainer's accuracy works), and equals the reference."""
+    from gdsl.runtime.trainer import train
+
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    g = _graph_for("", seed=9)
+    prog = _compile(ROOT / "programs" / f"{name}.gd")
+    ref = prog.module(g, backend="reference")
+    tr = prog.module(g, backend="triton")
+    assert tr.device.type == "cuda" and tr.tg.device.type == "cuda"
+    assert all(p.is_cuda for p in tr.parameters())
+    tr.load_state_dict(ref.state_dict())
+    ref.eval()
+    tr.eval()
+    a, b = ref(), tr()
+    assert b.device.type == "cpu"
+    torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    _same_grads(ref, tr, a, b)
+    tr.output_device = None
+    assert tr().is_cuda
+    r1 = train(prog, g, backend="reference", epochs=3, seed=5)
+    r2 = train(prog, g, backend="triton", epochs=3, seed=5)
+    assert [e.loss for e in r2.epochs] == pytest.approx([e.loss for e in r1.epochs], rel=1e-4)
