@@ -76,8 +76,10 @@ def test_partition_for_other_P_or_program_is_refused(tmp_path):
 @pytest.mark.parametrize("how", ["raise", "kill"])
 def test_a_failing_rank_stops_every_rank_quickly(tmp_path, how):
     var = "GDSL_TEST_FAIL_AT" if how == "raise" else "GDSL_TEST_KILL_AT"
+    prog = tmp_path / f"gcn_{how}_{os.getpid()}.gd"   # a unique path: find this run's workers, not others'
+    prog.write_text(Path(GCN).read_text())
     t0 = time.monotonic()
-    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "50", env={var: "1:3"}, timeout=120)
+    r = gdsl("run", str(prog), "--np", "2", "--partition", "rows", "--epochs", "50", env={var: "1:3"}, timeout=120)
     took = time.monotonic() - t0
     assert r.returncode == 1
     assert took < 60  # start-up included; the stop itself is immediate
@@ -86,7 +88,8 @@ def test_a_failing_rank_stops_every_rank_quickly(tmp_path, how):
     else:
         assert "rank 1 died (signal 9 (Killed)); all 2 ranks were stopped" in r.stderr
     assert "BAD TERMINATION" not in r.stdout + r.stderr
-    ps = subprocess.run(["pgrep", "-f", "gdsl.dist.worker"], capture_output=True, text=True)
+    time.sleep(1)
+    ps = subprocess.run(["pgrep", "-f", str(prog)], capture_output=True, text=True)
     assert ps.stdout.strip() == "", "worker processes left behind"
 
 
