@@ -92,149 +92,65 @@ def _ind(lines: list[str], n: int) -> list[str]:
     return [(" " * n + s) if s else s for s in lines]
 
 
-BCASTS = ("none", "w", "s")
-# Edges per step of the unrolled sum loop: U rows of x are loaded, summed
-# pairwise and added to the output row once, so the output row is read and
-# written once per U edges instead of once per edge, and U independent
-# gathers are in flight.  Measured on the bench machine (uniform 100k x 20,
-# f = 128, copy_src sum, CPU time of 2 threads): one edge per step 100 ms,
-# 2: 80 ms, 4: 68-75 ms, 8: 67 ms; f = 16: 24 / 22 / 16 ms.
-UNROLL = (8, 4)
+def _msg_expr(msg: str, bcast: str) -> str:
+    xs = "xu[d]"
+    ws = "s" if bcast == "w" else "we[d]"
+    if msg == "copy_src":
+        return xs
+    if msg == "copy_edge":
+        return "we[d]"
+    return f"{xs} {_OPSYM[msg]} {ws}"
+
+
+def _feature_loop(msg: str, bcast: str, body: list[str]) -> list[str]:
+    """Loops over the features of one edge's message: per head h a scalar
+    s = w[e, h] broadcast over the contiguous D range, or one flat loop."""
+    if bcast == "w":
+        # (a range(h * D, h * D + D) loop does not vectorize in Numba; an
+        # offset plus range(D) does)
+        return ["for h in range(H):",
+                "    s = we[h]",
+                "    hb = h * D",
+                "    for i in range(D):",
+                "        d = hb + i",
+                *_ind(body, 8)]
+    return ["for d in range(F):", *_ind(body, 4)]
+
+
+def _edge_prologue(msg: str, need_e: bool) -> list[str]:
+    out = []
+    if msg != "copy_edge":
+        out += ["u = indices[j]", "xu = x[u]"]
+    if msg != "copy_src" or need_e:
+        out.append("e = eid[j]")
+    if msg != "copy_src":
+        out.append("we = w[e]")
+    return out
 
 
 def _check_agg(msg: str, reduce: str, bcast: str) -> str:
     if msg not in MSGS:
         raise ValueError(f"unknown message op {msg!r} (one of {MSGS})")
     if reduce not in REDUCES:
-        raise ValueError(f"unknown reduction {reduce!r} (one of {REDUCES}; mean is sum with a row scale)")
+        raise ValueError(f"unknown reduction {reduce!r} (one of {REDUCES}; mean is sum with mean=True)")
     if msg not in BINARY:
         bcast = "none"
-    if bcast not in BCASTS:
-        raise ValueError(f"unknown broadcast kind {bcast!r} (one of {BCASTS})")
+    if bcast not in ("none", "w"):
+        raise ValueError(f"unknown broadcast kind {bcast!r}")
     return bcast
 
 
-class _Msg:
-    """Text pieces of one message op: per unrolled slot k, the loads of the
-    slot's edge (prologue), per-head scalar loads and the element expression
-    at (h, i)."""
-
-    def __init__(self, msg: str, bcast: str, wperm: bool, xscale: bool, need_e: bool) -> None:
-        if xscale and msg not in ("copy_src", "mul"):
-            raise ValueError("a source-vertex scale is implemented for copy_src and mul messages")
-        self.msg, self.bcast, self.wperm, self.xscale, self.need_e = msg, bcast, wperm, xscale, need_e
-
-    def prologue(self, k: int, j: str) -> list[str]:
-        msg, bcast = self.msg, self.bcast
-        out = []
-        if msg != "copy_edge":
-            out += [f"u{k} = indices[{j}]", f"x{k} = x[u{k}]"]
-        reads_w = msg != "copy_src"
-        if self.need_e or (reads_w and not self.wperm):
-            out.append(f"e{k} = eid[{j}]")
-        ws = j if self.wperm else f"e{k}"
-        if reads_w:
-            if bcast == "s":
-                out.append(f"s{k} = w[{ws}] * xs[u{k}]" if self.xscale else f"s{k} = w[{ws}]")
-            else:
-                out.append(f"w{k} = w[{ws}]")
-                if self.xscale and bcast == "none":
-                    out.append(f"f{k} = xs[u{k}]")
-        elif self.xscale:
-            out.append(f"s{k} = xs[u{k}]")
-        return out
-
-    def head(self, k: int) -> list[str]:
-        """Loads inside the loop over heads h (per-head edge scalars)."""
-        if self.msg in BINARY and self.bcast == "w":
-            return [f"s{k} = w{k}[h] * xs[u{k}]" if self.xscale else f"s{k} = w{k}[h]"]
-        return []
-
-    def expr(self, k: int) -> str:
-        msg, bcast = self.msg, self.bcast
-        xk = f"x{k}[h, i]"
-        if msg == "copy_src":
-            return f"{xk} * s{k}" if self.xscale else xk
-        if msg == "copy_edge":
-            return f"w{k}[h, i]"
-        wk = f"w{k}[h, i]" if bcast == "none" else f"s{k}"
-        if self.xscale and bcast == "none":
-            return f"{xk} * {wk} * f{k}"
-        return f"{xk} {_OPSYM[msg]} {wk}"
-
-
-def _tree(terms: list[str]) -> str:
-    """Pairwise sum ((t0 + t1) + (t2 + t3)) + ..."""
-    while len(terms) > 1:
-        nxt = [f"({terms[i]} + {terms[i + 1]})" for i in range(0, len(terms) - 1, 2)]
-        if len(terms) % 2:
-            nxt.append(terms[-1])
-        terms = nxt
-    s = terms[0]
-    return s[1:-1] if s.startswith("(") and s.endswith(")") else s
-
-
-def _sum_slots(m: _Msg, start: str, end: str) -> list[str]:
-    """Add the messages of CSR slots start .. end - 1 into o (the output row,
-    [H, D]), U slots per step."""
-    L = [f"j = {start}"]
-
-    def step(U: int) -> list[str]:
-        body: list[str] = []
-        for k in range(U):
-            body += m.prologue(k, "j" if k == 0 else f"j + {k}")
-        body += ["for h in range(H):"]
-        body += _ind([ln for k in range(U) for ln in m.head(k)], 4)
-        body += ["    for i in range(D):",
-                 f"        o[h, i] += {_tree([m.expr(k) for k in range(U)])}",
-                 f"j += {U}"]
-        return body
-
-    for n, U in enumerate(UNROLL):
-        kw = "while" if n == 0 else "if"
-        L += [f"{kw} j + {U} <= {end}:", *_ind(step(U), 4)]
-    L += [f"while j < {end}:", *_ind(step(1), 4)]
-    return L
-
-
-def _zero_row() -> list[str]:
-    return ["for h in range(H):", "    for i in range(D):", "        o[h, i] = zero"]
-
-
-def _scale_row() -> list[str]:
-    return ["f = rs[v]", "for h in range(H):", "    for i in range(D):", "        o[h, i] = o[h, i] * f"]
-
-
-def agg_name(msg: str, reduce: str, bcast: str = "none", *, blocked: bool = False, wperm: bool = False,
-             xscale: bool = False, rscale: bool = False) -> str:
+def gen_aggregate(msg: str, reduce: str, bcast: str = "none") -> tuple[str, str]:
+    """out[v] = REDUCE over CSR slots j of row v of MSG(x[indices[j]], w[eid[j]])."""
     bcast = _check_agg(msg, reduce, bcast)
-    flags = "".join(c for c, on in (("p", wperm), ("x", xscale), ("r", rscale)) if on)
-    return f"aggregate_{'blocked_' if blocked else ''}{msg}_{reduce}_{bcast}" + (f"_{flags}" if flags else "")
-
-
-_AGG_ARGS = "x, w, xs, rs, out, arg, zero"
-_AGG_DOC = """
-    x [N, H, D] (vertex data, read at indices[j]); w: [E, H, D] (bcast none),
-    [E, H] (w: one scalar per edge and head) or [E] (s: one per edge), read
-    at eid[j], or at slot j when permuted into CSR order (p); xs [N]: scale
-    of each gathered vertex (x); rs [rows]: scale of each output row (r,
-    e.g. 1 / in-degree for mean); out [rows, H, D]; arg [rows, H, D]: the
-    winning edge id (max / min).  Unused arrays are dummies."""
-
-
-def gen_aggregate(msg: str, reduce: str, bcast: str = "none", *, wperm: bool = False, xscale: bool = False,
-                  rscale: bool = False) -> tuple[str, str]:
-    """out[v] = rs[v] * REDUCE over CSR slots j of row v of MSG(x[indices[j]] * xs[.], w[eid[j]])."""
-    bcast = _check_agg(msg, reduce, bcast)
-    if reduce != "sum" and (wperm or xscale or rscale):
-        raise ValueError("scales and permuted edge data are implemented for sum aggregation")
-    name = agg_name(msg, reduce, bcast, wperm=wperm, xscale=xscale, rscale=rscale)
-    m = _Msg(msg, bcast, wperm, xscale, need_e=reduce != "sum")
+    name = f"aggregate_{msg}_{reduce}_{bcast}"
+    m = _msg_expr(msg, bcast)
+    doc = (f"aggregate: message {msg}, reduce {reduce}, edge data "
+           f"{'[E, H] broadcast over D' if bcast == 'w' else '[E, F]'}")
     L = [_DECOR,
-         f"def {name}(chunks, indptr, indices, eid, {_AGG_ARGS}):",
-         f'    """aggregate: message {msg}, reduce {reduce}, broadcast {bcast}.{_AGG_DOC}"""',
-         "    H = out.shape[1]",
-         "    D = out.shape[2]",
+         f"def {name}(chunks, indptr, indices, eid, x, w, out, arg, H, D, mean):",
+         f'    """{doc}."""',
+         "    F = H * D",
          "    for c in prange(chunks.shape[0] - 1):",
          "        for v in range(chunks[c], chunks[c + 1]):",
          "            o = out[v]",
@@ -242,40 +158,34 @@ def gen_aggregate(msg: str, reduce: str, bcast: str = "none", *, wperm: bool = F
          "            end = indptr[v + 1]"]
     body: list[str] = []
     if reduce == "sum":
-        body += _zero_row() + _sum_slots(m, "start", "end")
-        if rscale:
-            body += _scale_row()
+        body += ["for d in range(F):", "    o[d] = 0",
+                 "for j in range(start, end):",
+                 *_ind(_edge_prologue(msg, False), 4),
+                 *_ind(_feature_loop(msg, bcast, [f"o[d] += {m}"]), 4),
+                 "if mean and end > start:",
+                 "    inv = 1.0 / (end - start)",
+                 "    for d in range(F):",
+                 "        o[d] = o[d] * inv"]
     else:
         cmp = ">" if reduce == "max" else "<"
         body += ["a = arg[v]",
                  "if end == start:",
-                 "    for h in range(H):",
-                 "        for i in range(D):",
-                 "            o[h, i] = zero",
-                 "            a[h, i] = -1",
+                 "    for d in range(F):",
+                 "        o[d] = 0",
+                 "        a[d] = -1",
                  "    continue",
                  "j = start",
-                 *m.prologue(0, "j"),
-                 "for h in range(H):",
-                 *_ind(m.head(0), 4),
-                 "    for i in range(D):",
-                 f"        o[h, i] = {m.expr(0)}",
-                 "        a[h, i] = e0",
+                 *_edge_prologue(msg, True),
+                 *_feature_loop(msg, bcast, [f"o[d] = {m}", "a[d] = e"]),
                  "for j in range(start + 1, end):",
-                 *_ind(m.prologue(0, "j"), 4),
-                 "    for h in range(H):",
-                 *_ind(m.head(0), 8),
-                 "        for i in range(D):",
-                 f"            t = {m.expr(0)}",
-                 f"            if t {cmp} o[h, i]:",
-                 "                o[h, i] = t",
-                 "                a[h, i] = e0"]
+                 *_ind(_edge_prologue(msg, True), 4),
+                 *_ind(_feature_loop(msg, bcast, [f"t = {m}", f"if t {cmp} o[d]:",
+                                                  "    o[d] = t", "    a[d] = e"]), 4)]
     L += _ind(body, 12)
     return name, "\n".join(L) + "\n"
 
 
-def gen_aggregate_blocked(msg: str, bcast: str = "none", *, wperm: bool = False, xscale: bool = False,
-                          rscale: bool = False) -> tuple[str, str]:
+def gen_aggregate_blocked(msg: str, bcast: str = "none") -> tuple[str, str]:
     """DistGNN Alg. 2: the source vertices are cut into blocks of B; for each
     block, all destination rows (in parallel) pull only that block's sources,
     so a block of x stays in cache while every row reads it.
@@ -284,30 +194,35 @@ def gen_aggregate_blocked(msg: str, bcast: str = "none", *, wperm: bool = False,
     if msg not in ("copy_src", "mul"):
         raise ValueError("cache blocking is implemented for copy_src and mul sum aggregation")
     bcast = _check_agg(msg, "sum", bcast)
-    name = agg_name(msg, "sum", bcast, blocked=True, wperm=wperm, xscale=xscale, rscale=rscale)
-    m = _Msg(msg, bcast, wperm, xscale, need_e=False)
+    name = f"aggregate_blocked_{msg}_sum_{bcast}"
+    m = _msg_expr(msg, bcast)
     L = [_DECOR,
-         f"def {name}(chunks, bptr, indices, eid, {_AGG_ARGS}):",
-         f'    """cache-blocked aggregate (DistGNN Alg. 2): message {msg}, reduce sum, broadcast {bcast}.{_AGG_DOC}"""',
-         "    H = out.shape[1]",
-         "    D = out.shape[2]",
+         f"def {name}(chunks, bptr, indices, eid, x, w, out, arg, H, D, mean):",
+         f'    """cache-blocked aggregate (DistGNN Alg. 2): message {msg}, reduce sum."""',
+         "    F = H * D",
          "    nb = bptr.shape[0] - 1",
          "    nc = chunks.shape[0] - 1",
          "    for c in prange(nc):",
          "        for v in range(chunks[c], chunks[c + 1]):",
          "            o = out[v]",
-         *_ind(_zero_row(), 12),
+         "            for d in range(F):",
+         "                o[d] = 0",
          "    for b in range(nb):",
          "        for c in prange(nc):",
          "            for v in range(chunks[c], chunks[c + 1]):",
          "                o = out[v]",
-         "                end = bptr[b + 1, v]",
-         *_ind(_sum_slots(m, "bptr[b, v]", "end"), 16)]
-    if rscale:
-        L += ["    for c in prange(nc):",
-              "        for v in range(chunks[c], chunks[c + 1]):",
-              "            o = out[v]",
-              *_ind(_scale_row(), 12)]
+         "                for j in range(bptr[b, v], bptr[b + 1, v]):",
+         *_ind(_edge_prologue(msg, False), 20),
+         *_ind(_feature_loop(msg, bcast, [f"o[d] += {m}"]), 20),
+         "    if mean:",
+         "        for c in prange(nc):",
+         "            for v in range(chunks[c], chunks[c + 1]):",
+         "                deg = bptr[nb, v] - bptr[0, v]",
+         "                if deg > 0:",
+         "                    o = out[v]",
+         "                    inv = 1.0 / deg",
+         "                    for d in range(F):",
+         "                        o[d] = o[d] * inv"]
     return name, "\n".join(L) + "\n"
 
 
@@ -509,13 +424,12 @@ def _generate(op: str, sig: dict) -> tuple[str, str, str]:
     if op == "aggregate":
         blocked = sig.pop("blocked", False)
         msg, reduce, bcast = sig.pop("msg"), sig.pop("reduce", "sum"), sig.pop("bcast", "none")
-        flags = {k: bool(sig.pop(k, False)) for k in ("wperm", "xscale", "rscale")}
-        if reduce == "mean":  # sum, then the row scale 1 / in-degree
-            reduce, flags["rscale"] = "sum", True
+        if reduce == "mean":
+            reduce = "sum"
         if blocked:
-            name, body = gen_aggregate_blocked(msg, bcast, **flags)
+            name, body = gen_aggregate_blocked(msg, bcast)
         else:
-            name, body = gen_aggregate(msg, reduce, bcast, **flags)
+            name, body = gen_aggregate(msg, reduce, bcast)
         title = f"gdsl numba kernel: {name}"
     elif op == "sddmm":
         name, body = gen_sddmm(sig.pop("op"))
