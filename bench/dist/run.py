@@ -39,7 +39,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import hashlib
+import itertools
 import json
+import math
 import os
 import platform
 import re
@@ -111,7 +113,7 @@ def machine_info(python: str) -> dict:
         lscpu[k.strip()] = v.strip()
     mem = ""
     try:
-        for line in open("/proc/meminfo"):
+        for line in Path("/proc/meminfo").read_text().splitlines():
             if line.startswith("MemTotal:"):
                 mem = f"{int(line.split()[1]) / 2**20:.1f} GiB"
     except OSError:
@@ -127,14 +129,14 @@ def machine_info(python: str) -> dict:
 
 def cpu_pressure() -> str:
     try:
-        return open("/proc/pressure/cpu").readline().strip()
-    except OSError:
+        return Path("/proc/pressure/cpu").read_text().splitlines()[0].strip()
+    except (OSError, IndexError):
         return ""
 
 
 def loadavg() -> float:
     try:
-        return float(open("/proc/loadavg").read().split()[0])
+        return float(Path("/proc/loadavg").read_text().split()[0])
     except (OSError, ValueError):
         return float("nan")
 
@@ -226,7 +228,7 @@ def _procs() -> dict[int, tuple[int, str]]:
         if not d.isdigit():
             continue
         try:
-            fields = open(f"/proc/{d}/stat").read().rsplit(")", 1)[1].split()
+            fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
             out[int(d)] = (int(fields[1]), fields[0])
         except (OSError, ValueError, IndexError):
             continue
@@ -249,7 +251,7 @@ def _tree(root: int, procs: dict | None = None) -> list[int]:
 
 def _start_time(pid: int) -> int | None:
     try:
-        return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -258,7 +260,7 @@ def _rss(pids) -> int:
     tot = 0
     for p in pids:
         try:
-            for line in open(f"/proc/{p}/status"):
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     tot += int(line.split()[1]) * 1024
                     break
@@ -349,8 +351,8 @@ def summarise(js: dict, warmup: int) -> dict:
             "train_s": train, "comm_s": comm, "comm_max_rank_s": mean(comm_max), "compute_s": train - comm,
             "eval_comm_s": mean(eval_comm),
             "train_s_all": [e["train_time"] for e in eps], "epoch_s_all": [e["time"] for e in eps],
-            "bytes_total": int(round(mean(sent_tot))), "bytes_max_rank": int(round(mean(sent_max))),
-            "eval_bytes_total": int(round(mean(eval_tot))), "bytes_vary": len(set(sent_tot)) > 1,
+            "bytes_total": round(mean(sent_tot)), "bytes_max_rank": round(mean(sent_max)),
+            "eval_bytes_total": round(mean(eval_tot)), "bytes_vary": len(set(sent_tot)) > 1,
             "loss": last.get("loss"), "test_acc": last.get("test_acc"), "per_op_last": per_op,
             "plan": js.get("plan"), "exact": js.get("exact")}
 
@@ -401,7 +403,7 @@ def bench_one(args, graph: Path, model, strat, P: int, env: dict, workdir: Path,
 
 # ------------------------------------------------------------------ report
 def fmt_t(s) -> str:
-    if s is None or s != s:
+    if s is None or math.isnan(s):
         return "–"
     return f"{s * 1000:.0f} ms" if s < 10 else f"{s:.1f} s"
 
@@ -549,7 +551,7 @@ def notes(res: dict) -> list[str]:
     vers = res.get("code_versions", {})
     if len(stamps) > 1:
         steps = []
-        for a, b in zip(stamps, stamps[1:]):
+        for a, b in itertools.pairwise(stamps):
             first = next((r for r in res["runs"] if r.get("code") == b), None)
             where = f"before {first['model']} {first['strategy']} P={first['P']}" if first else "after the last run"
             files = _changed(vers.get(a, {}), vers.get(b, {}))
