@@ -50,6 +50,10 @@ DGL_INSTALL = [
      "pandas", "pyyaml", "pydantic", "psutil"],
 ]
 FRAMEWORKS = ("gdsl-reference", "gdsl-numba", "pyg", "dgl")
+# The order the processes run in: gdsl numba right before DGL, so that the
+# ratio the report leads with is measured in adjacent windows of a machine
+# whose load drifts.
+RUN_ORDER = ("gdsl-reference", "pyg", "gdsl-numba", "dgl")
 LABEL = {"gdsl-reference": "gdsl reference", "gdsl-numba": "gdsl numba", "pyg": "PyG", "dgl": "DGL 2.1"}
 OP_LABEL = {
     "copy_sum": "aggregate copy_src + sum (f=128)",
@@ -248,10 +252,10 @@ def write_report(path: Path, res: dict) -> None:
     L.append(f"Written by `python bench/run.py{' --quick' if res['quick'] else ''}` on {res['date']} "
              f"(wall time {res['wall_s'] / 60:.1f} min). gdsl at {res['gdsl_rev']}.")
     L.append("")
-    L.append(f"**All timings are on this machine's {m['cpus']} cores** ({m['cpu']}, {m['memory']} memory, "
+    L.append(f"**All timings were taken on a shared {m['cpus']}-core VM** ({m['cpu']}, {m['memory']} memory, "
              f"{m.get('hypervisor') or 'no'} hypervisor), every framework with {res['threads']} threads. "
-             "The machine was shared with other work while this ran (CPU pressure below), so times carry noise; "
-             "compare within a run, and see the CPU-time tables: where CPU time is close to wall time, the "
+             "The machine was shared with other work while this ran (CPU pressure and load below), so times carry "
+             "noise; compare within a run, and see the CPU-time tables: where CPU time is close to wall time, the "
              "process got about one core's worth of the two.")
     L.append("")
     L.append("## Machine and versions")
@@ -349,6 +353,53 @@ def write_report(path: Path, res: dict) -> None:
                 cs.append(f"{r['peak_rss_gib']:.2f}" if r and "peak_rss_gib" in r else "—")
             L.append(f"| {OP_LABEL[op]} | " + " | ".join(cs) + " |")
         L.append("")
+    prev = res.get("previous")
+    if prev and prev.get("ratios"):
+        L.append(f"## gdsl numba / DGL: this run against the previous report ({prev.get('date')}, gdsl at "
+                 f"{prev.get('gdsl_rev')})")
+        L.append("")
+        L.append("Ratios of medians measured in each run (below 1: faster than DGL); both runs on this shared "
+                 "2-core VM, so each ratio carries the noise of its run.")
+        L.append("")
+        L.append("| graph | op | previous | this run |")
+        L.append("|---|---|---|---|")
+        for g, per in res["rows"].items():
+            nb, d = per.get("gdsl-numba", {}), per.get("dgl", {})
+            for op in common.OPS:
+                now = (nb[op]["median_s"] / d[op]["median_s"]) if ("median_s" in nb.get(op, {})
+                                                                   and "median_s" in d.get(op, {})) else None
+                before = prev["ratios"].get(g, {}).get(op)
+                if now is None and before is None:
+                    continue
+                L.append(f"| {g} | {OP_LABEL[op]} | {f'{before:.2f}×' if before else '—'} | "
+                         f"{f'{now:.2f}×' if now else '—'} |")
+        L.append("")
+    fusion = res.get("fusion")
+    if fusion:
+        L.append("## Fused UPDATE (DistGNN-MB §3.3): measured fused against unfused")
+        L.append("")
+        L.append("`bench/fused_update.py`, per graph, each pair interleaved, median wall time per call (CPU time, "
+                 "all threads, in parentheses). Kept: what `NumbaModule` runs.")
+        L.append("")
+        L.append("| graph | what | unfused | fused | fused / unfused | kept |")
+        L.append("|---|---|---|---|---|---|")
+        kept = {"epilogue": "yes", "scale": "yes", "bias": "no", "gemm": "no"}
+        for g, exps in fusion.items():
+            for e in exps:
+                a, b = e["order"]
+                ra, rb = e[a], e[b]
+                L.append(f"| {g} | {e['what']} | {a}: {fmt_t(ra['median_s'])} ({fmt_t(ra['cpu_median_s'])}) | "
+                         f"{b}: {fmt_t(rb['median_s'])} ({fmt_t(rb['cpu_median_s'])}) | "
+                         f"{rb['median_s'] / ra['median_s']:.2f} | {kept.get(e['exp'], '')} |")
+        L.append("")
+        L.append("The bias row is an upper bound: a bias folded into the aggregation's epilogue would save at most "
+                 "the add's forward pass (its backward, the gradient summed over rows, stays); where that is a "
+                 "few percent of the aggregation it is not worth a kernel variant, and the bias add stays on "
+                 "torch (or in the layer epilogue, when an activation or dropout follows it). The GEMM row: "
+                 "one Numba kernel that multiplies each aggregated row by W while it is in cache, against the "
+                 "aggregation kernel plus torch's GEMM (MKL); the aggregated rows are written either way (the "
+                 "backward needs them for dW).")
+        L.append("")
     notes = res.get("notes", [])
     L.append("## Notes")
     L.append("")
@@ -382,6 +433,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--timeout", type=float, default=1800, help="per framework and graph, seconds")
     ap.add_argument("--report-only", action="store_true", help="rewrite the report from its .json, measuring nothing")
+    ap.add_argument("--no-fusion", action="store_true", help="skip the fused UPDATE measurements (fused_update.py)")
+    ap.add_argument("--previous", default=None,
+                    help="a RESULTS.json to compare gdsl numba / DGL against (default: the report being replaced)")
     ap.add_argument("--out", default=None, help="report path (default bench/RESULTS.md; quick: bench/.cache/RESULTS-quick.md)")
     args = ap.parse_args()
     t_start = time.perf_counter()
@@ -395,13 +449,14 @@ def main() -> None:
         write_report(out, res)
         say(f"rewrote {out} from {out.with_suffix('.json').name}")
         return
+    previous = _previous_ratios(Path(args.previous) if args.previous else out.with_suffix(".json"))
     say(f"graphs {names}: building or reusing the cache in {graphs.CACHE}")
     ginfo = graphs.prepare(names)
     for nm in names:
         ginfo[nm].update(graphs.degree_stats(nm))
     res = {"quick": args.quick, "date": dt.datetime.now().strftime("%Y-%m-%d %H:%M"), "threads": args.threads,
            "machine": machine_info(), "gdsl_rev": git_rev(), "graphs": ginfo, "rows": {}, "notes": [],
-           "pressure": [cpu_pressure(), ""], "versions": {"main": {}}}
+           "pressure": [cpu_pressure(), ""], "versions": {"main": {}}, "previous": previous}
 
     say("machine: STREAM triad and random row gather")
     env = dict(os.environ, NUMBA_NUM_THREADS=str(args.threads), OMP_NUM_THREADS=str(args.threads))
@@ -432,7 +487,7 @@ def main() -> None:
     loads = []
     for g in names:
         res["rows"][g] = {}
-        for f in fws:
+        for f in sorted(fws, key=lambda f: RUN_ORDER.index(f) if f in RUN_ORDER else len(RUN_ORDER)):
             if f == "dgl" and dgl_py is None:
                 continue
             say(f"{g}: {LABEL[f]}")
@@ -453,6 +508,18 @@ def main() -> None:
                     if "loadavg" in r:
                         loads.extend(r["loadavg"])
             res["rows"][g][f] = per
+    if "gdsl-numba" in fws and not args.no_fusion:
+        res["fusion"] = {}
+        for g in names:
+            say(f"{g}: fused UPDATE measurements (bench/fused_update.py)")
+            env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
+                       NUMBA_NUM_THREADS=str(args.threads), PYTHONUNBUFFERED="1")
+            cmd = [sys.executable, str(HERE / "fused_update.py"), "--graph", g, "--threads", str(args.threads),
+                   "--reps", "3" if args.quick else "7"]
+            out_, err_, rc = _run_streaming(cmd, env, args.timeout)
+            res["fusion"][g] = [json.loads(ln[2:]) for ln in out_.splitlines() if ln.startswith("@@")]
+            if rc != 0:
+                res["notes"].append(f"fused_update.py on {g} failed ({rc}): {err_.strip()[-300:]}")
     res["pressure"][1] = cpu_pressure()
     res["mean_load"] = statistics.mean(loads) if loads else float("nan")
     res["wall_s"] = time.perf_counter() - t_start
@@ -462,6 +529,21 @@ def main() -> None:
     write_report(out, res)
     out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str) + "\n")
     say(f"wrote {out} and {out.with_suffix('.json').name} ({res['wall_s'] / 60:.1f} min)")
+
+
+def _previous_ratios(path: Path) -> dict | None:
+    """gdsl numba / DGL per graph and op from the report being replaced (its
+    .json), to show next to this run's; None without one."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    ratios = {}
+    for g, per in old.get("rows", {}).items():
+        nb, d = per.get("gdsl-numba", {}), per.get("dgl", {})
+        ratios[g] = {op: nb[op]["median_s"] / d[op]["median_s"] for op in common.OPS
+                     if "median_s" in nb.get(op, {}) and "median_s" in d.get(op, {})}
+    return {"date": old.get("date"), "gdsl_rev": old.get("gdsl_rev"), "ratios": ratios}
 
 
 def _tidy_versions(res: dict) -> None:

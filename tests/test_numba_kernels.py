@@ -455,17 +455,291 @@ def test_kernel_source_and_compile_times():
     src = kernel_source("aggregate", msg="mul", reduce="max", bcast="w")
     assert "@njit(parallel=True, cache=True, fastmath=False)" in src
     assert "prange(chunks.shape[0] - 1)" in src
-    assert "t = xu[d] * s" in src and "if t > o[d]:" in src
-    assert "xu[d] + " not in src  # the message op is a constant of the text
-    assert "hb = h * D" in kernel_source("aggregate", msg="div", reduce="sum", bcast="w")
+    assert "t = x0[h, i] * s0" in src and "if t > o[h, i]:" in src
+    assert "x0[h, i] + " not in src  # the message op is a constant of the text
+    assert "s0 = w0[h]" in kernel_source("aggregate", msg="div", reduce="sum", bcast="w")
     assert "for b in range(nb):" in kernel_source("aggregate", msg="copy_src", reduce="sum", blocked=True)
+    # sum: eight edges per step, summed pairwise; permuted edge data read at the slot;
+    # row scale (mean) in the epilogue; flat [rows, F] rows without per-head scalars
+    s = kernel_source("aggregate", msg="mul", reduce="sum", bcast="s", wperm=True, rscale=True)
+    assert "while j + 8 <= end:" in s and "s7 = w[j + 7]" in s and "= eid[" not in s
+    assert "o[d] += ((x0[d] * s0 + x1[d] * s1)" in s and "o[d] = o[d] * f" in s
+    assert "o[d] = o[d] * f" in kernel_source("aggregate", msg="copy_src", reduce="mean")
+    epi = kernel_source("epilogue", act="relu", bias=True, drop=True)
+    assert "def mt_twist" in epi and "def epi_fwd" in epi and "def epi_bwd" in epi
     assert "def sddmm_dot" in kernel_source("sddmm", op="dot")
     assert "def edge_softmax_bwd" in kernel_source("edge_softmax")
     gat = kernel_source("gat_aggregate")
-    assert "def gat_fwd" in gat and "def gat_bwd" in gat and "math.exp(m[h] - r)" in gat
+    assert "def gat_fwd" in gat and "def gat_bwd" in gat and "p = math.exp(q[h] - m[h])" in gat
+    assert "o[h, i] += (p0 * z0[h, i] + p1 * z1[h, i]) + (p2 * z2[h, i] + p3 * z3[h, i])" in gat
     with pytest.raises(ValueError):
         kernel_source("aggregate", msg="copy_src", reduce="prod")
     # the kernels used above were recorded with their compile (or load) time
     aggregate(SMALL.g, torch.randn(SMALL.n, 2, dtype=F64), None, "copy_src", "sum")
     assert any(k.startswith("aggregate_copy_src_sum_none[float64") for k in COMPILE_TIMES)
     assert all(v >= 0 for v in COMPILE_TIMES.values())
+
+
+# --------------------------------------------------------------------------
+# fused scales, permuted edge data, the layer epilogue
+# --------------------------------------------------------------------------
+
+SCALE_CASES = [("copy_src", "copy_src", "sum"), ("copy_src", "copy_src", "mean"), ("mul", "scalar", "sum"),
+               ("mul", "head", "mean"), ("mul", "full", "sum")]
+
+
+def _scale_warm():
+    bk = {"copy_src": "none", "scalar": "scalar", "head": "head", "full": "full"}
+    reqs = []
+    for msg, kind, _ in SCALE_CASES:
+        for flags in ({"xscale": True}, {"oscale": True}, {"xscale": True, "oscale": True}):
+            reqs.append(("aggregate", {"msg": msg, "reduce": "sum", "bcast": bk[kind], **flags}, torch.float64))
+    reqs += [("aggregate", {"msg": "mul", "reduce": "sum", "bcast": "scalar", "wperm": True, **f}, dt)
+             for f in ({}, {"oscale": True}) for dt in (torch.float64, torch.float32)]
+    reqs += [("epilogue", {"act": a, "bias": b, "drop": d}, dt) for a in ("none", "relu", "elu")
+             for b in (False, True) for d in (False, True) if (a != "none" or d)
+             for dt in (torch.float64, torch.float32)]
+    reqs += [("head_dot", {}, dt) for dt in (torch.float64, torch.float32)]
+    return reqs
+
+
+@pytest.fixture(scope="module")
+def _warm_fused():
+    warm(_scale_warm(), processes=min(2, os.cpu_count() or 1))
+
+
+@pytest.mark.parametrize("case", SCALE_CASES, ids=["-".join(c) for c in SCALE_CASES])
+@pytest.mark.parametrize("to", ["dst", "src"])
+def test_aggregate_scales(case, to, _warm_fused):
+    """out[v] = oscale[v] * REDUCE_e MSG(x[u] * xscale[u], w[e]): forward and
+    gradients (float64 gradcheck; the scales are constants) on graphs with
+    isolated vertices, a 3000-in-edge hub and no edges."""
+    msg, kind, reduce = case
+    for gr in (SMALL, HUB, EMPTY):
+        x, w = make_inputs(gr, kind, msg, F64, seed=9)
+        gen = torch.Generator().manual_seed(10)
+        xs = torch.rand(gr.n, generator=gen, dtype=F64) + 0.5
+        os_ = torch.rand(gr.n, generator=gen, dtype=F64) + 0.5
+        for use_x, use_o in ((True, False), (False, True), (True, True)):
+            kw = {"xscale": xs if use_x else None, "oscale": os_ if use_o else None}
+
+            def ref(xx, ww):
+                xx2 = xx * _pad(xs, xx.dim()) if use_x else xx
+                out = ref_aggregate(gr, xx2, ww, msg, reduce, to)
+                return out * _pad(os_, out.dim()) if use_o else out
+
+            torch.testing.assert_close(aggregate(gr.g, x, w, msg, reduce, to, **kw), ref(x, w),
+                                       rtol=1e-10, atol=1e-10)
+            ins = tuple(t.clone().requires_grad_() for t in (x, w) if t is not None)
+
+            def f(*ts, gr=gr, kw=kw):
+                return aggregate(gr.g, ts[0], ts[1] if len(ts) > 1 else None, msg, reduce, to, **kw)
+            assert torch.autograd.gradcheck(f, ins, fast_mode=gr is HUB)
+
+
+@pytest.mark.parametrize("to", ["dst", "src"])
+@pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["f64", "f32"])
+def test_aggregate_permuted_constant_edge_data(to, dtype, _warm_fused):
+    """A constant w read in CSR slot order (permute_edge_data) gives the same
+    aggregation and the same gradient of x as w read through the edge ids."""
+    for gr in (SMALL, HUB, EMPTY):
+        x, w = make_inputs(gr, "scalar", "mul", dtype, seed=11)
+        wp = nops.permute_edge_data(gr.g, w, to)
+        os_ = torch.rand(gr.n, dtype=dtype) + 0.5
+        for kw in ({}, {"oscale": os_}):
+            xa = x.clone().requires_grad_()
+            xb = x.clone().requires_grad_()
+            a = aggregate(gr.g, xa, w, "mul", "sum", to, **kw)
+            b = aggregate(gr.g, xb, w, "mul", "sum", to, w_perm=wp, **kw)
+            torch.testing.assert_close(b, a)
+            gout = torch.randn(a.shape, dtype=dtype)
+            a.backward(gout)
+            b.backward(gout)
+            torch.testing.assert_close(xb.grad, xa.grad)
+    x, w = make_inputs(SMALL, "scalar", "mul", F64)
+    with pytest.raises(ValueError, match="constant"):
+        aggregate(SMALL.g, x, w.requires_grad_(), "mul", "sum", w_perm=nops.permute_edge_data(SMALL.g, w))
+
+
+def test_aggregate_scale_errors():
+    x, w = make_inputs(SMALL, "scalar", "mul", F64)
+    s = torch.ones(SMALL.n, dtype=F64)
+    with pytest.raises(ValueError, match="sum and mean"):
+        aggregate(SMALL.g, x, w, "mul", "max", oscale=s)
+    with pytest.raises(ValueError, match="copy_src and mul"):
+        aggregate(SMALL.g, x, w, "add", "sum", xscale=s)
+    with pytest.raises(ValueError, match="values"):
+        aggregate(SMALL.g, x, w, "mul", "sum", oscale=s[:3])
+
+
+def ref_epilogue(x, b, act, p, seed):
+    """The reference backend's chain: add, activation, its dropout."""
+    y = x + b if b is not None else x
+    y = {"none": lambda t: t, "relu": torch.relu, "elu": Fn.elu}[act](y)
+    if seed is None:
+        return y
+    keep = torch.rand(y.shape, generator=torch.Generator().manual_seed(seed)) >= p
+    return y * keep / (1.0 - p)
+
+
+EPI_CASES = [(a, b, d) for a in ("none", "relu", "elu") for b in (False, True) for d in (False, True)
+             if a != "none" or d]
+
+
+@pytest.mark.parametrize("act,bias,drop", EPI_CASES, ids=[f"{a}-{'b' if b else 'nob'}-{'d' if d else 'nod'}"
+                                                          for a, b, d in EPI_CASES])
+def test_epilogue(act, bias, drop, _warm_fused, monkeypatch):
+    """dropout(act(x + b)) in one pass equals the reference's three ops: the
+    same dropout mask, bit for bit (relu, none; elu to rounding), across
+    generator blocks and the kernel's stream segments (made small here), and
+    the same gradients (float64 gradcheck and float32 against autograd)."""
+    monkeypatch.setattr(nops, "_MT_SEG_WORDS", 700)
+    p = 0.6 if drop else 0.0
+    for shape in ((1, 1), (5, 3), (300, 7), (2000, 2, 4)):
+        gen = torch.Generator().manual_seed(shape[0])
+        x = torch.randn(shape, generator=gen)
+        b = torch.randn(shape[1:], generator=gen) if bias else None
+        seed = 1000 + shape[0] if drop else None
+        got = nops.epilogue(x, b, act, p, seed)
+        want = ref_epilogue(x, b, act, p, seed)
+        if act == "elu":
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+            assert torch.equal(got == 0, want == 0)
+        else:
+            assert torch.equal(got, want)
+        # float32 gradients against autograd of the reference
+        xr, xn = x.clone().requires_grad_(), x.clone().requires_grad_()
+        br = b.clone().requires_grad_() if bias else None
+        bn = b.clone().requires_grad_() if bias else None
+        gout = torch.randn(shape, generator=gen)
+        ref_epilogue(xr, br, act, p, seed).backward(gout)
+        nops.epilogue(xn, bn, act, p, seed).backward(gout)
+        torch.testing.assert_close(xn.grad, xr.grad, rtol=1e-6, atol=1e-6)
+        if bias:
+            torch.testing.assert_close(bn.grad, br.grad, rtol=1e-5, atol=1e-5)
+    # float64 gradcheck (the mask is fixed by the seed)
+    x = (torch.randn(40, 3, dtype=F64) + 0.05).requires_grad_()
+    b = (0.1 * torch.randn(3, dtype=F64)).requires_grad_() if bias else None
+    ins = (x, b) if bias else (x,)
+    assert torch.autograd.gradcheck(lambda *t: nops.epilogue(t[0], t[1] if bias else None, act, p,
+                                                             7 if drop else None), ins)
+    # only the inputs that need a gradient get one
+    x2 = x.detach().clone()
+    if bias:
+        b2 = b.detach().clone().requires_grad_()
+        nops.epilogue(x2, b2, act, p, 7 if drop else None).sum().backward()
+        assert b2.grad is not None and x2.grad is None
+
+
+def test_epilogue_rejects_bad_inputs():
+    x = torch.randn(4, 3)
+    with pytest.raises(ValueError, match="activation"):
+        nops.epilogue(x, None, "tanh", 0.5, 1)
+    with pytest.raises(ValueError, match="dropout p"):
+        nops.epilogue(x, None, "relu", 1.0, 1)
+    with pytest.raises(ValueError, match="bias"):
+        nops.epilogue(x, torch.randn(4), "relu", 0.5, 1)
+
+
+def test_mt_state_follows_torch():
+    """The stream the kernels continue is torch's: the state read for a seed
+    generates torch.rand's numbers."""
+    words, pos = nops.mt_state(123)
+    assert words.shape == (624,) and pos == 624
+    x = torch.zeros(1500, 1)
+    got = nops.epilogue(x + 1, None, "none", 0.5, 123)   # keep = u >= 0.5
+    u = torch.rand(1500, 1, generator=torch.Generator().manual_seed(123))
+    assert torch.equal(got != 0, u >= 0.5)
+
+
+def test_huge_page_outputs(monkeypatch):
+    """Kernel outputs above HUGE_ALLOC_BYTES live in their own huge-page
+    mapping; they behave as ordinary tensors and free with them."""
+    monkeypatch.setattr(nops, "HUGE_ALLOC_BYTES", 64)
+    t = nops._empty((100, 3), torch.float32)
+    assert t.shape == (100, 3) and t.dtype == torch.float32 and t.is_contiguous()
+    t.fill_(2.0)
+    assert float(t.sum()) == 600.0
+    x, _ = make_inputs(HUB, "copy_src", "copy_src", F64)
+    torch.testing.assert_close(aggregate(HUB.g, x, None, "copy_src", "mean"),
+                               ref_aggregate(HUB, x, None, "copy_src", "mean", "dst"))
+
+
+def test_lazy_edge_tensors():
+    """row_of_edge / col_of_edge / degree, built on first use, are the edge
+    list's own."""
+    for gr in (SMALL, HUB, EMPTY):
+        g = CSRGraph.build(gr.src, gr.dst, gr.n)
+        assert torch.equal(g.in_csr.row_of_edge, gr.dst) and torch.equal(g.in_csr.col_of_edge, gr.src)
+        assert torch.equal(g.out_csr.row_of_edge, gr.src) and torch.equal(g.out_csr.col_of_edge, gr.dst)
+        assert torch.equal(g.in_csr.degree, torch.bincount(gr.dst, minlength=gr.n))
+
+
+def test_linear(monkeypatch):
+    """x1 @ W1 (+ x2 @ W2) into huge-page outputs equals torch's matmul, with
+    the same gradients; weights with several output axes keep them."""
+    monkeypatch.setattr(nops, "HUGE_ALLOC_BYTES", 64)  # the huge-page path even on small tensors
+    gen = torch.Generator().manual_seed(12)
+    for dt in (F64, torch.float32):
+        x1 = torch.randn(50, 6, generator=gen, dtype=dt).requires_grad_()
+        x2 = torch.randn(50, 3, generator=gen, dtype=dt).requires_grad_()
+        w1 = torch.randn(6, 4, generator=gen, dtype=dt).requires_grad_()
+        w2 = torch.randn(3, 4, generator=gen, dtype=dt).requires_grad_()
+        w3 = torch.randn(6, 2, 2, generator=gen, dtype=dt).requires_grad_()
+        tol = {} if dt == F64 else {"rtol": 1e-5, "atol": 1e-5}
+        torch.testing.assert_close(nops.linear(x1, w1), x1 @ w1, **tol)
+        torch.testing.assert_close(nops.linear(x1, w1, x2, w2), x1 @ w1 + x2 @ w2, **tol)
+        torch.testing.assert_close(nops.linear(x1, w3), torch.tensordot(x1, w3, dims=1), **tol)
+        if dt == F64:
+            assert torch.autograd.gradcheck(lambda a, b, c, d: nops.linear(a, b, c, d), (x1, w1, x2, w2))
+            assert torch.autograd.gradcheck(lambda a, b: nops.linear(a, b), (x1, w3))
+    # only the inputs that need a gradient get one
+    x = torch.randn(50, 6)
+    w = torch.randn(6, 4, requires_grad=True)
+    nops.linear(x, w).sum().backward()
+    assert w.grad is not None and x.grad is None
+
+
+def test_head_dot(_warm_fused):
+    """(z * a_k).sum(-1) for several parameters in one pass: values and
+    gradients (gradcheck), [N, H, D] and [N, D], and empty / mismatched
+    inputs on torch's ops."""
+    gen = torch.Generator().manual_seed(13)
+    z = torch.randn(300, 4, 8, generator=gen, dtype=F64).requires_grad_()
+    al = torch.randn(4, 8, generator=gen, dtype=F64).requires_grad_()
+    ar = torch.randn(4, 8, generator=gen, dtype=F64).requires_grad_()
+    el, er = nops.head_dot(z, al, ar)
+    torch.testing.assert_close(el, (z * al).sum(-1))
+    torch.testing.assert_close(er, (z * ar).sum(-1))
+    assert torch.autograd.gradcheck(lambda a, b, c: nops.head_dot(a, b, c), (z, al, ar))
+    z2 = torch.randn(50, 5, generator=gen, dtype=F64).requires_grad_()
+    a2 = torch.randn(5, generator=gen, dtype=F64).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a, b: nops.head_dot(a, b)[0], (z2, a2))
+    # one output used: the other's gradient is zero
+    (g,) = torch.autograd.grad(nops.head_dot(z, al, ar)[1].sum(), (z,))
+    torch.testing.assert_close(g, ar.detach().expand_as(z))
+    z32 = torch.randn(70, 2, 3, generator=gen)
+    a32 = torch.randn(2, 3, generator=gen)
+    torch.testing.assert_close(nops.head_dot(z32, a32)[0], (z32 * a32).sum(-1), rtol=1e-5, atol=1e-6)
+    assert nops.head_dot(torch.zeros(0, 2, 3), torch.ones(2, 3))[0].shape == (0, 2)
+
+
+def test_cache_blocked_with_scales_and_permuted_edge_data(_warm_fused):
+    """The cache-blocked kernels take the fused scales and CSR-ordered edge
+    data too (auto mode picks them on large graphs, GCN's included)."""
+    prev = set_cache_blocking("on", 3)
+    try:
+        for gr in (SMALL, HUB):
+            x, w = make_inputs(gr, "scalar", "mul", F64, seed=14)
+            gen = torch.Generator().manual_seed(15)
+            xs = torch.rand(gr.n, generator=gen, dtype=F64) + 0.5
+            os_ = torch.rand(gr.n, generator=gen, dtype=F64) + 0.5
+            for to in ("dst", "src"):
+                wp = nops.permute_edge_data(gr.g, w, to)
+                want = ref_aggregate(gr, x * _pad(xs, x.dim()), w, "mul", "sum", to) * _pad(os_, x.dim())
+                got = aggregate(gr.g, x, w, "mul", "sum", to, xscale=xs, oscale=os_, w_perm=wp)
+                torch.testing.assert_close(got, want)
+                want = ref_aggregate(gr, x * _pad(xs, x.dim()), None, "copy_src", "mean", to)
+                torch.testing.assert_close(aggregate(gr.g, x, None, "copy_src", "mean", to, xscale=xs), want)
+    finally:
+        set_cache_blocking(*prev)

@@ -9,10 +9,12 @@ time).  Each op is a torch.autograd.Function whose backward computes only the
 gradients asked for.
 
     g = CSRGraph.build(src, dst, num_nodes)
-    aggregate(g, x, w, msg, reduce, to="dst")
+    aggregate(g, x, w, msg, reduce, to="dst", xscale=None, oscale=None, w_perm=None)
+    permute_edge_data(g, w, to="dst")
     sddmm(g, a, b, op)
     edge_softmax(g, s)
     gat_aggregate(g, el, er, z, slope)
+    epilogue(x, bias, act, p, seed)      # dropout(act(x + bias)) in one pass
 """
 from gdsl.backends.numba.codegen import (
     COMPILE_FROM_CACHE,
@@ -25,7 +27,9 @@ from gdsl.backends.numba.graph import CSRGraph
 from gdsl.backends.numba.ops import (
     aggregate,
     edge_softmax,
+    epilogue,
     gat_aggregate,
+    permute_edge_data,
     sddmm,
     set_cache_blocking,
 )
@@ -38,8 +42,10 @@ __all__ = [
     "cache_dir",
     "compile_report",
     "edge_softmax",
+    "epilogue",
     "gat_aggregate",
     "kernel_source",
+    "permute_edge_data",
     "sddmm",
     "set_cache_blocking",
 ]

@@ -45,20 +45,62 @@ def balanced_chunks(counts: np.ndarray, nthreads: int | None = None,
 class CSR:
     """One direction of the graph. Row r's slots are indptr[r]:indptr[r+1];
     indices[j] is the other endpoint, eid[j] the edge id; within a row, slots
-    are sorted by the other endpoint (needed by cache blocking)."""
+    are sorted by the other endpoint (needed by cache blocking).  The per-edge
+    int64 tensors (row_of_edge, col_of_edge) are built on first use only:
+    the sum kernels and their backward never need them."""
     nrows: int
     indptr: np.ndarray
     indices: np.ndarray
     eid: np.ndarray
     chunks: np.ndarray
-    row_of_edge: torch.Tensor  # [E] int64: the row each edge belongs to
-    col_of_edge: torch.Tensor  # [E] int64: the other endpoint
-    degree: torch.Tensor       # [nrows] int64
     _blocked: dict = field(default_factory=dict, repr=False)
 
     @property
     def num_edges(self) -> int:
         return int(self.indices.shape[0])
+
+    @property
+    def degree(self) -> torch.Tensor:
+        """[nrows] int64: slots per row."""
+        d = self._blocked.get("degree")
+        if d is None:
+            d = self._blocked["degree"] = torch.from_numpy(np.diff(self.indptr.astype(np.int64)))
+        return d
+
+    @property
+    def row_of_edge(self) -> torch.Tensor:
+        """[E] int64: the row each edge (by edge id) belongs to."""
+        r = self._blocked.get("row_of_edge")
+        if r is None:
+            rows = np.empty(self.num_edges, np.int64)
+            rows[self.eid] = np.repeat(np.arange(self.nrows, dtype=np.int64), self.degree.numpy())
+            r = self._blocked["row_of_edge"] = torch.from_numpy(rows)
+        return r
+
+    @property
+    def col_of_edge(self) -> torch.Tensor:
+        """[E] int64: the other endpoint of each edge (by edge id)."""
+        c = self._blocked.get("col_of_edge")
+        if c is None:
+            cols = np.empty(self.num_edges, np.int64)
+            cols[self.eid] = self.indices
+            c = self._blocked["col_of_edge"] = torch.from_numpy(cols)
+        return c
+
+    def inv_degree(self, dtype: torch.dtype) -> torch.Tensor:
+        """[nrows] 1 / max(1, degree) in `dtype` (mean's row scale)."""
+        key = ("inv_degree", dtype)
+        t = self._blocked.get(key)
+        if t is None:
+            t = self._blocked[key] = (1.0 / self.degree.clamp(min=1).to(torch.float64)).to(dtype)
+        return t
+
+    def max_col(self) -> int:
+        """Largest endpoint in `indices` (-1 without edges)."""
+        m = self._blocked.get("max_col")
+        if m is None:
+            m = self._blocked["max_col"] = int(self.indices.max()) if self.num_edges else -1
+        return m
 
     def active_fraction(self) -> float:
         """Fraction of the endpoints (columns) that occur in some slot."""
@@ -67,7 +109,7 @@ class CSR:
             if self.num_edges == 0:
                 a = 0.0
             else:
-                seen = np.zeros(int(self.col_of_edge.max()) + 1, dtype=bool)
+                seen = np.zeros(self.max_col() + 1, dtype=bool)
                 seen[self.indices] = True
                 a = float(seen.mean())
             self._blocked["active"] = a
@@ -80,7 +122,7 @@ class CSR:
         if bp is not None:
             return bp
         n = self.nrows
-        ncols = int(self.col_of_edge.max()) + 1 if self.num_edges else 1
+        ncols = self.max_col() + 1 if self.num_edges else 1
         nb = max(1, -(-ncols // block))
         rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.indptr.astype(np.int64)))
         blk = self.indices.astype(np.int64) // block
@@ -106,12 +148,9 @@ def _build_csr(rows: np.ndarray, cols: np.ndarray, n: int, idx_dt, ptr_dt,
     return CSR(
         nrows=n,
         indptr=indptr,
-        indices=np.ascontiguousarray(cols[order].astype(idx_dt)),
-        eid=np.ascontiguousarray(order.astype(idx_dt)),
+        indices=np.ascontiguousarray(cols[order].astype(idx_dt, copy=False)),
+        eid=np.ascontiguousarray(order.astype(idx_dt, copy=False)),
         chunks=balanced_chunks(counts, nthreads),
-        row_of_edge=torch.from_numpy(rows.astype(np.int64)),
-        col_of_edge=torch.from_numpy(cols.astype(np.int64)),
-        degree=torch.from_numpy(counts.astype(np.int64)),
     )
 
 

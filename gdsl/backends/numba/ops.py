@@ -1,10 +1,17 @@
 """The fused graph ops as torch.autograd.Functions over generated Numba kernels.
 
 Public functions (plain torch tensors in and out, independent of the IR):
-aggregate, sddmm, edge_softmax, gat_aggregate.  Data is computed in float32
-(accumulating in float32) or float64 (used by gradcheck), dispatched on the
-inputs' dtype.  Backward passes compute only the gradients that
-ctx.needs_input_grad asks for.
+aggregate (with constant vertex / row scales fused into the kernel, and
+constant edge data read in CSR order: permute_edge_data), sddmm,
+edge_softmax, gat_aggregate, and epilogue (a layer's bias + activation +
+dropout in one pass, drawing the reference backend's dropout masks).  Data
+is computed in float32 (accumulating in float32) or float64 (used by
+gradcheck), dispatched on the inputs' dtype.  Backward passes compute only
+the gradients that ctx.needs_input_grad asks for.
+
+Every parallel kernel runs on torch's intra-op thread count (_threads), its
+prange handing out degree-balanced row chunks dynamically, and writes its
+large outputs into huge-page mappings (_empty).
 """
 from __future__ import annotations
 
@@ -13,6 +20,7 @@ import math
 
 import numpy as np
 import torch
+import torch.nn.functional as Fn
 from torch.autograd.function import once_differentiable
 
 from gdsl.backends.numba import codegen
@@ -83,7 +91,7 @@ def block_size_for(csr: CSR, row_bytes: int) -> int | None:
     take about half the last-level cache; None when x fits anyway."""
     if _BLOCK_OVERRIDE is not None:
         return _BLOCK_OVERRIDE
-    n_src = int(csr.col_of_edge.max()) + 1 if csr.num_edges else 0
+    n_src = csr.max_col() + 1 if csr.num_edges else 0
     if n_src == 0:
         return None
     active = max(1e-9, csr.active_fraction())
@@ -104,24 +112,78 @@ def block_size_for(csr: CSR, row_bytes: int) -> int | None:
 SERIAL_BELOW = 32768
 
 
-def _launch(kernel, work: int, *args) -> None:
+def _threads() -> int:
+    """Threads for a parallel kernel: torch's intra-op thread count (so that
+    the Numba and torch parts of a model use the same cores), at most the
+    size of Numba's pool."""
     import numba
+    return max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
+
+
+# prange hands out its iterations (our degree-balanced row chunks, about 16
+# per thread) one at a time, dynamically, instead of in equal static blocks
+# per thread: with power-law degrees, and on a machine shared with other
+# processes where one of the threads may get less of its core, the threads
+# that are ahead take the remaining chunks.
+PARALLEL_CHUNKSIZE = 1
+
+
+def _launch(kernel, work: int, *args):
+    import numba
+    want = 1 if work < SERIAL_BELOW else _threads()
     nt = numba.get_num_threads()
-    if work < SERIAL_BELOW and nt > 1:
-        numba.set_num_threads(1)
-        try:
-            kernel(*args)
-        finally:
-            numba.set_num_threads(nt)
-    else:
-        kernel(*args)
+    cs = numba.set_parallel_chunksize(PARALLEL_CHUNKSIZE)
+    try:
+        if want != nt:
+            numba.set_num_threads(want)
+            try:
+                return kernel(*args)
+            finally:
+                numba.set_num_threads(nt)
+        return kernel(*args)
+    finally:
+        numba.set_parallel_chunksize(cs)
 
 
-def _dummy(dt) -> np.ndarray:
-    a = _DUMMY.get(dt)
+def _dummy(dt, ndim: int = 2) -> np.ndarray:
+    a = _DUMMY.get((dt, ndim))
     if a is None:
-        a = _DUMMY[dt] = np.zeros((1, 1), dtype=dt)
+        a = _DUMMY[(dt, ndim)] = np.zeros((1,) * ndim, dtype=dt)
     return a
+
+
+# Fresh memory costs a page fault per 4 KiB page on first touch: on the bench
+# VM about 0.4 ms per MiB (22 ms for a 100k x 128 float32 tensor, 220 ms for
+# 1M x 128; the kernels themselves write it in 1.5 / 15 ms).  Outputs of at
+# least this many bytes are placed in their own anonymous mapping with
+# madvise(MADV_HUGEPAGE), 2 MiB aligned: one fault per 2 MiB (measured 10x
+# cheaper).  The mapping is released with the last tensor that uses it.
+HUGE_ALLOC_BYTES = 8 << 20
+_HUGE = 2 << 20
+_huge_ok = [hasattr(__import__("mmap"), "MADV_HUGEPAGE")]
+_NPDT = {torch.float32: np.float32, torch.float64: np.float64, torch.int32: np.int32, torch.int64: np.int64,
+         torch.uint8: np.uint8}
+
+
+def _empty(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
+    """torch.empty(shape, dtype), in huge pages when large (see HUGE_ALLOC_BYTES)."""
+    if dtype not in _NPDT:
+        return torch.empty(shape, dtype=dtype)
+    npdt = np.dtype(_NPDT[dtype])
+    nbytes = math.prod(shape) * npdt.itemsize
+    if nbytes < HUGE_ALLOC_BYTES or not _huge_ok[0]:
+        return torch.empty(shape, dtype=dtype)
+    import mmap
+    try:
+        m = mmap.mmap(-1, nbytes + _HUGE, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        m.madvise(mmap.MADV_HUGEPAGE)
+        base = np.frombuffer(m, dtype=np.uint8)
+        off = (-base.ctypes.data) % _HUGE
+        arr = base[off:off + nbytes].view(npdt).reshape(shape)
+        return torch.from_numpy(arr)
+    except (OSError, ValueError, AttributeError):
+        _huge_ok[0] = False
+        return torch.empty(shape, dtype=dtype)
 
 
 def _data_dtype(*ts) -> torch.dtype:
@@ -137,20 +199,48 @@ def _mat(t: torch.Tensor, dt: torch.dtype, rows: int, cols: int) -> torch.Tensor
     return t.detach().to(dt).reshape(rows, cols).contiguous()
 
 
+def _vec(t: torch.Tensor | None, dt: torch.dtype) -> torch.Tensor | None:
+    return None if t is None else t.detach().to(dt).reshape(-1).contiguous()
+
+
 def agg_raw(csr: CSR, x2: torch.Tensor | None, w2: torch.Tensor | None, msg: str, reduce: str,
-            bcast: str, H: int, D: int, dt: torch.dtype, mean: bool = False):
+            bcast: str, H: int, D: int, dt: torch.dtype, mean: bool = False, *,
+            xs: torch.Tensor | None = None, rs: torch.Tensor | None = None, wperm: bool = False):
     """out [nrows, H*D] (and arg [nrows, H*D] edge ids for max/min) of one
-    aggregation over `csr`; x2 [N, H*D], w2 [E, H] (bcast "w") or [E, H*D]."""
+    aggregation over `csr`; x2 [N, H*D]; w2 [E, H] (bcast "w"), [E] or [E, 1]
+    (bcast "s") or [E, H*D]; in CSR slot order when `wperm`.  xs [N]: scale
+    of each gathered vertex; rs [nrows]: scale of each output row (mean
+    multiplies it by 1 / in-degree)."""
     F = H * D
     npdt = _NP[dt]
-    out = torch.empty((csr.nrows, F), dtype=dt)
     maxmin = reduce in ("max", "min")
-    arg = torch.empty((csr.nrows, F), dtype=torch.from_numpy(csr.eid[:0]).dtype) if maxmin else None
-    xa = x2.numpy() if x2 is not None else _dummy(npdt)
-    wa = w2.numpy() if w2 is not None else _dummy(npdt)
-    argn = arg.numpy() if maxmin else _dummy(csr.eid.dtype)
     if msg not in BINARY:
         bcast = "none"
+    if bcast == "w" and H == 1:
+        bcast = "s"
+    if mean:
+        inv = csr.inv_degree(dt)
+        rs = inv if rs is None else rs * inv
+    if maxmin and (xs is not None or rs is not None or wperm):
+        raise ValueError("max / min aggregation takes no scales or permuted edge data")
+    out = _empty((csr.nrows, F), dt)
+    arg = _empty((csr.nrows, F), torch.from_numpy(csr.eid[:0]).dtype) if maxmin else None
+    heads = msg in BINARY and bcast == "w"   # [rows, H, D] views; else [rows, F]
+    shp = (lambda n: (n, H, D)) if heads else (lambda n: (n, F))
+    xa = x2.numpy().reshape(shp(x2.shape[0])) if x2 is not None else _dummy(npdt, len(shp(0)))
+    if w2 is None:
+        wa = _dummy(npdt, 1)
+    elif msg == "copy_edge" or bcast == "none":
+        wa = w2.numpy().reshape(w2.shape[0], F)
+    elif bcast == "w":
+        wa = w2.numpy().reshape(w2.shape[0], H)
+    else:
+        wa = w2.numpy().reshape(w2.shape[0])
+    xsa = xs.numpy() if xs is not None else _dummy(npdt, 1)
+    rsa = rs.numpy() if rs is not None else _dummy(npdt, 1)
+    outa = out.numpy().reshape(shp(csr.nrows))
+    arga = arg.numpy().reshape(shp(csr.nrows)) if maxmin else _dummy(csr.eid.dtype, len(shp(0)))
+    flags = {"wperm": bool(wperm), "xscale": xs is not None, "rscale": rs is not None}
     block = None
     if (not maxmin and msg in ("copy_src", "mul") and CACHE_BLOCKING != "off"
             and csr.num_edges > 0 and csr.nrows > 0):
@@ -158,13 +248,13 @@ def agg_raw(csr: CSR, x2: torch.Tensor | None, w2: torch.Tensor | None, msg: str
         if CACHE_BLOCKING == "on" and block is None:
             block = max(1, csr.nrows)
     work = (csr.num_edges + csr.nrows) * F
+    args = (xa, wa, xsa, rsa, outa, arga, npdt(0))
     if block is not None:
-        k = get_kernel("aggregate", msg=msg, reduce="sum", bcast=bcast, blocked=True)
-        _launch(k, work, csr.chunks, csr.blocked(block), csr.indices, csr.eid, xa, wa, out.numpy(), argn,
-                H, D, mean)
+        k = get_kernel("aggregate", msg=msg, reduce="sum", bcast=bcast, blocked=True, **flags)
+        _launch(k, work, csr.chunks, csr.blocked(block), csr.indices, csr.eid, *args)
     else:
-        k = get_kernel("aggregate", msg=msg, reduce=reduce, bcast=bcast)
-        _launch(k, work, csr.chunks, csr.indptr, csr.indices, csr.eid, xa, wa, out.numpy(), argn, H, D, mean)
+        k = get_kernel("aggregate", msg=msg, reduce=reduce, bcast=bcast, **flags)
+        _launch(k, work, csr.chunks, csr.indptr, csr.indices, csr.eid, *args)
     return out, arg
 
 
@@ -172,7 +262,7 @@ def sddmm_raw(g: CSRGraph, a2: torch.Tensor, b2: torch.Tensor, op: str, P: int, 
               dt: torch.dtype) -> torch.Tensor:
     """[E, P] (dot over K) or [E, P*K] (elementwise) from a2, b2 [N, P*K]."""
     csr = g.in_csr
-    out = torch.empty((g.num_edges, P if op == "dot" else P * K), dtype=dt)
+    out = _empty((g.num_edges, P if op == "dot" else P * K), dt)
     k = get_kernel("sddmm", op=op)
     _launch(k, (csr.num_edges + csr.nrows) * P * K, csr.chunks, csr.indptr, csr.indices, csr.eid,
             a2.numpy(), b2.numpy(), out.numpy(), P, K, _NP[dt](0))
@@ -216,17 +306,25 @@ def _classify(g: CSRGraph, x, w, msg: str):
 
 class _AggregateFn(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, g, x, w, msg, reduce, to, info):
+    def forward(ctx, g, x, w, msg, reduce, to, info, xs, os, wp):
         bcast, H, D, fs = info
         dt = _data_dtype(x, w)
         F, N, E = H * D, g.num_nodes, g.num_edges
         csr = g.csr(to)
         x2 = _mat(x, dt, N, F) if msg != "copy_edge" else None
-        w2 = _mat(w, dt, E, H if bcast == "w" else F) if msg != "copy_src" else None
+        Wf = H if bcast == "w" else F
+        if wp is not None:
+            w2, wperm = _mat(wp[0], dt, E, Wf), True
+        else:
+            w2, wperm = (_mat(w, dt, E, Wf) if msg != "copy_src" else None), False
+        xs, rs = _vec(xs, dt), _vec(os, dt)
+        if reduce == "mean":
+            inv = csr.inv_degree(dt)
+            rs = inv if rs is None else rs * inv
         base = "sum" if reduce == "mean" else reduce
-        out, arg = agg_raw(csr, x2, w2, msg, base, bcast, H, D, dt, mean=reduce == "mean")
+        out, arg = agg_raw(csr, x2, w2, msg, base, bcast, H, D, dt, xs=xs, rs=rs, wperm=wperm)
         ctx.g, ctx.msg, ctx.reduce, ctx.to, ctx.info, ctx.dt = g, msg, reduce, to, info, dt
-        ctx.arg = arg
+        ctx.arg, ctx.xs, ctx.rs, ctx.wp = arg, xs, rs, wp
         ctx.save_for_backward(x, w)
         return out.reshape((csr.nrows,) + fs)
 
@@ -234,10 +332,12 @@ class _AggregateFn(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad):
         need_x, need_w = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        none = (None,) * 8
         if not (need_x or need_w):
-            return None, None, None, None, None, None, None
+            return (None, None, None) + none
         x, w = ctx.saved_tensors
         g, msg, reduce, to, dt = ctx.g, ctx.msg, ctx.reduce, ctx.to, ctx.dt
+        xs, rs, wp = ctx.xs, ctx.rs, ctx.wp
         bcast, H, D, _ = ctx.info
         F, N, E = H * D, g.num_nodes, g.num_edges
         csr = g.csr(to)
@@ -249,22 +349,32 @@ class _AggregateFn(torch.autograd.Function):
         if reduce in ("max", "min"):
             dx, dw = _maxmin_backward(ctx.arg, csr, G, x2, w2, msg, bcast, H, D, need_x, need_w, dt)
         else:
-            if reduce == "mean":
-                G = G / csr.degree.clamp(min=1).to(dt).unsqueeze(1)
+            # out[v] = rs[v] * sum over e = (u -> v) of MSG(x[u] * xs[u], w[e]):
+            # d x[u] = xs[u] * sum over the out-edges of u of rs[v] G[v] (*, / w[e]),
+            # the reverse aggregation with the two scales swapped
             if need_x and msg != "copy_edge":
                 rev = g.reverse_of(to)
-                if msg in ("mul", "div"):
-                    dx, _ = agg_raw(rev, G, w2, msg, "sum", bcast, H, D, dt)
+                if msg == "mul":
+                    if wp is not None:
+                        wb, wperm = _mat(wp[1], dt, E, Wf), True
+                    else:
+                        wb, wperm = w2, False
+                    dx, _ = agg_raw(rev, G, wb, "mul", "sum", bcast, H, D, dt, xs=rs, rs=xs, wperm=wperm)
+                elif msg == "div":
+                    Gs = G * rs.unsqueeze(1) if rs is not None else G
+                    dx, _ = agg_raw(rev, Gs, w2, "div", "sum", bcast, H, D, dt)
                 else:  # copy_src, add, sub: d msg / d x = 1
-                    dx, _ = agg_raw(rev, G, None, "copy_src", "sum", "none", 1, F, dt)
+                    dx, _ = agg_raw(rev, G, None, "copy_src", "sum", "none", 1, F, dt, xs=rs, rs=xs)
             if need_w and msg != "copy_src":
+                Gs = G * rs.unsqueeze(1) if rs is not None else G
                 if msg in ("copy_edge", "add", "sub"):
-                    Gr = G.view(csr.nrows, H, D).sum(-1) if bcast == "w" else G
+                    Gr = Gs.view(csr.nrows, H, D).sum(-1) if bcast == "w" else Gs
                     dw = Gr.index_select(0, csr.row_of_edge)
                     if msg == "sub":
                         dw = dw.neg_()
                 else:  # mul, div: x[col] (.) G[row], as sddmm over (src, dst)
-                    a, b = (x2, G) if to == "dst" else (G, x2)
+                    xsx = x2 * xs.unsqueeze(1) if xs is not None else x2
+                    a, b = (xsx, Gs) if to == "dst" else (Gs, xsx)
                     if bcast == "w":
                         dw = sddmm_raw(g, a, b, "dot", H, D, dt)
                     else:
@@ -275,7 +385,7 @@ class _AggregateFn(torch.autograd.Function):
             dx = dx.reshape(x.shape).to(x.dtype)
         if dw is not None:
             dw = dw.reshape(w.shape).to(w.dtype)
-        return None, dx, dw, None, None, None, None
+        return (None, dx, dw) + none
 
 
 def _maxmin_backward(arg, csr: CSR, G, x2, w2, msg, bcast, H, D, need_x, need_w, dt):
@@ -309,25 +419,58 @@ def _maxmin_backward(arg, csr: CSR, G, x2, w2, msg, bcast, H, D, need_x, need_w,
 
 
 def aggregate(g: CSRGraph, x: torch.Tensor | None, w: torch.Tensor | None, msg: str, reduce: str,
-              to: str = "dst") -> torch.Tensor:
+              to: str = "dst", *, xscale: torch.Tensor | None = None, oscale: torch.Tensor | None = None,
+              w_perm: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """out[v] = REDUCE over the edges e = (u -> v) of MSG(x[u], w[e]) (to="dst"),
     or over the out-edges of u with x read at the destination (to="src").
 
     msg: copy_src (x only), copy_edge (w only), add, sub, mul, div (x[.] OP w[e]);
     reduce: sum, max, min (and mean = sum / in-degree).  x: [N, *fs]; w: [E]
     (one scalar per edge), [E, H] with x [N, H, D] (per-head, broadcast over
-    the trailing axes), or [E, *fs].  Rows without edges are 0."""
+    the trailing axes), or [E, *fs].  Rows without edges are 0.
+
+    Constant scales fused into the kernel (sum and mean; copy_src and mul
+    messages): xscale [N] multiplies each gathered vertex (x[u] * xscale[u]),
+    oscale [rows] each output row (after the mean's 1 / degree).  Neither gets
+    a gradient.  w_perm: `permute_edge_data(g, w, to)` of a constant w (no
+    gradient), read in CSR order instead of through the edge ids."""
     if msg not in MSGS:
         raise ValueError(f"unknown message op {msg!r} (one of {MSGS})")
     if reduce not in ("sum", "max", "min", "mean"):
         raise ValueError(f"unknown reduction {reduce!r} (sum, max, min, mean)")
-    g.csr(to)
+    csr = g.csr(to)
     info = _classify(g, x, w, msg)
     if msg == "copy_src":
         w = None
+        w_perm = None
     elif msg == "copy_edge":
         x = None
-    return _AggregateFn.apply(g, x, w, msg, reduce, to, info)
+    if xscale is not None or oscale is not None:
+        if reduce not in ("sum", "mean"):
+            raise ValueError("scales are fused into sum and mean aggregation only")
+        if xscale is not None and msg not in ("copy_src", "mul"):
+            raise ValueError("a source-vertex scale is fused for copy_src and mul messages only")
+        if xscale is not None and xscale.numel() != g.num_nodes:
+            raise ValueError(f"xscale has {xscale.numel()} values, the graph {g.num_nodes} vertices")
+        if oscale is not None and oscale.numel() != csr.nrows:
+            raise ValueError(f"oscale has {oscale.numel()} values, the output {csr.nrows} rows")
+    if w_perm is not None:
+        if w is not None and w.requires_grad:
+            raise ValueError("w_perm is for constant edge data (w needs no gradient)")
+        if msg != "mul" or reduce not in ("sum", "mean"):
+            w_perm = None  # only the mul kernels read permuted edge data
+    return _AggregateFn.apply(g, x, w, msg, reduce, to, info, xscale, oscale, w_perm)
+
+
+def permute_edge_data(g: CSRGraph, w: torch.Tensor, to: str = "dst") -> tuple[torch.Tensor, torch.Tensor]:
+    """A constant edge tensor in the slot order of the CSR that aggregates
+    `to` (forward) and of the reverse CSR (backward), so that the kernels
+    read it sequentially instead of at random edge ids."""
+    w = w.detach()
+    fwd, rev = g.csr(to), g.reverse_of(to)
+    f = w.index_select(0, torch.from_numpy(fwd.eid).to(torch.int64)).contiguous()
+    b = w.index_select(0, torch.from_numpy(rev.eid).to(torch.int64)).contiguous()
+    return f, b
 
 
 # --------------------------------------------------------------------------
@@ -420,7 +563,7 @@ class _EdgeSoftmaxFn(torch.autograd.Function):
         N, E = g.num_nodes, g.num_edges
         K = math.prod(s.shape[1:])
         s2 = _mat(s, dt, E, K)
-        y = torch.empty((E, K), dtype=dt)
+        y = _empty((E, K), dt)
         mx = torch.empty((N, K), dtype=dt)
         den = torch.empty((N, K), dtype=dt)
         csr = g.in_csr
@@ -441,7 +584,7 @@ class _EdgeSoftmaxFn(torch.autograd.Function):
         N, E = g.num_nodes, g.num_edges
         G = _mat(grad, dt, E, K)
         y2 = _mat(y, dt, E, K)
-        ds = torch.empty((E, K), dtype=dt)
+        ds = _empty((E, K), dt)
         acc = torch.empty((N, K), dtype=dt)
         csr = g.in_csr
         _launch(get_kernel("edge_softmax", fn="edge_softmax_bwd"), (E + N) * K,
@@ -469,13 +612,13 @@ class _GatFn(torch.autograd.Function):
         H, D = z.shape[1], z.shape[2]
         F = H * D
         el2, er2, z2 = _mat(el, dt, N, H), _mat(er, dt, N, H), _mat(z, dt, N, F)
-        out = torch.empty((N, F), dtype=dt)
+        out = _empty((N, F), dt)
         lse = torch.empty((N, H), dtype=dt)
         den = torch.empty((N, H), dtype=dt)
         csr = g.in_csr
         _launch(get_kernel("gat", fn="gat_fwd"), (g.num_edges + N) * F,
-            csr.chunks, csr.indptr, csr.indices, el2.numpy(), er2.numpy(), z2.numpy(), out.numpy(),
-            lse.numpy(), den.numpy(), H, D, _NP[dt](slope))
+            csr.chunks, csr.indptr, csr.indices, el2.numpy(), er2.numpy(), z2.numpy().reshape(N, H, D),
+            out.numpy().reshape(N, H, D), lse.numpy(), den.numpy(), _NP[dt](slope))
         ctx.g, ctx.dt, ctx.HD, ctx.slope = g, dt, (H, D), slope
         out = out.reshape(N, H, D)
         ctx.save_for_backward(el, er, z, out, lse)
@@ -496,16 +639,17 @@ class _GatFn(torch.autograd.Function):
         G = _mat(grad, dt, N, F)
         if need_att:
             delta = (G.view(N, H, D) * out.to(dt).view(N, H, D)).sum(-1).contiguous()
-            draw = torch.empty((E, H), dtype=dt)
+            draw = _empty((E, H), dt)
         else:
             delta = draw = torch.from_numpy(_dummy(npdt))
-        dz = torch.empty((N, F) if need_z else (N, 1), dtype=dt)
+        dz = _empty((N, F), dt) if need_z else None
         dl = torch.empty((N, H), dtype=dt)
         csr = g.out_csr
         _launch(get_kernel("gat", fn="gat_bwd"), (E + N) * F,
-            csr.chunks, csr.indptr, csr.indices, csr.eid, el2.numpy(), er2.numpy(), z2.numpy(),
-            lse.numpy(), G.numpy(), delta.numpy(), dz.numpy(), dl.numpy(), draw.numpy(),
-            H, D, npdt(slope), npdt(0), bool(need_z), bool(need_att))
+            csr.chunks, csr.indptr, csr.indices, csr.eid, el2.numpy(), er2.numpy(), z2.numpy().reshape(N, H, D),
+            lse.numpy(), G.numpy().reshape(N, H, D), delta.numpy(),
+            dz.numpy().reshape(N, H, D) if need_z else _dummy(npdt, 3), dl.numpy(), draw.numpy(),
+            npdt(slope), npdt(0), bool(need_z), bool(need_att))
         del_ = dl.reshape(el.shape).to(el.dtype) if need_el else None
         der = None
         if need_er:
@@ -533,3 +677,239 @@ def gat_aggregate(g: CSRGraph, el: torch.Tensor, er: torch.Tensor, z: torch.Tens
 
 
 compile_report = codegen.compile_report
+
+
+# --------------------------------------------------------------------------
+# fused layer epilogue: dropout(act(x + bias)) with the reference's masks
+# --------------------------------------------------------------------------
+
+_MT_SEG_WORDS = 1 << 17     # words of the generator stream per segment (512 KiB)
+_ROW_CHUNKS: dict = {}
+
+
+def _row_chunks(rows: int) -> np.ndarray:
+    c = _ROW_CHUNKS.get(rows)
+    if c is None:
+        n = max(1, min(rows, 16 * _threads()))
+        c = _ROW_CHUNKS[rows] = np.unique(np.linspace(0, rows, n + 1).astype(np.int64))
+    return c
+
+
+def mt_state(seed: int) -> tuple[np.ndarray, int]:
+    """(the 624 mt19937 words, the position of the next word in a stream
+    whose first 624 words are that block) of torch.Generator().manual_seed(seed),
+    read from its state (torch's CPUGeneratorImplState layout)."""
+    st = torch.Generator().manual_seed(int(seed)).get_state().numpy()
+    left = int(st[8:12].view(np.int32)[0])
+    return st[24:24 + 624 * 8].view(np.uint64).astype(np.uint32), 625 - left
+
+
+def _epilogue_raw(x2: torch.Tensor, b: torch.Tensor | None, act: str, p: float, seed: int | None,
+                  dt: torch.dtype):
+    """(out, uint8 keep mask or None) of dropout(act(x2 + b)) (no dropout when
+    seed is None)."""
+    npdt = _NP[dt]
+    R, F = x2.shape
+    out = _empty((R, F), dt)
+    drop = seed is not None
+    k = get_kernel("epilogue", fn="epi_fwd", act=act, bias=b is not None, drop=drop)
+    ba = b.numpy() if b is not None else _dummy(npdt, 1)
+    q = npdt(1.0 - p)
+    if not drop:
+        _launch(k, R * F, x2.numpy(), ba, out.numpy(), _dummy(np.uint8), _dummy(np.uint32, 1), 0, 1,
+                np.float32(p), q, npdt(1), npdt(0))
+        return out, None
+    mask = _empty((R, F), torch.uint8)
+    words, pos = mt_state(seed)
+    seg = max(1, _MT_SEG_WORDS // max(F, 1))
+    buf = np.empty(624 + seg * F + 624, np.uint32)
+    buf[:624] = words
+    k(x2.numpy(), ba, out.numpy(), mask.numpy(), buf, pos, seg, np.float32(p), q, npdt(1), npdt(0))
+    return out, mask
+
+
+class _EpilogueFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, bias, act, p, seed):
+        dt = x.dtype
+        N = x.shape[0]
+        F = math.prod(x.shape[1:])
+        x2 = _mat(x, dt, N, F)
+        b = _vec(bias, dt) if bias is not None else None
+        out, mask = _epilogue_raw(x2, b, act, p, seed, dt)
+        ctx.act, ctx.p, ctx.dt, ctx.mask = act, p, dt, mask
+        ctx.save_for_backward(x if act != "none" else None, bias)
+        return out.reshape(x.shape)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        need_x, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if not (need_x or need_b):
+            return None, None, None, None, None
+        x, bias = ctx.saved_tensors
+        act, p, dt, mask = ctx.act, ctx.p, ctx.dt, ctx.mask
+        npdt = _NP[dt]
+        N = grad.shape[0]
+        F = math.prod(grad.shape[1:])
+        G = _mat(grad, dt, N, F)
+        x2 = _mat(x, dt, N, F) if x is not None else torch.from_numpy(_dummy(npdt))
+        b = _vec(bias, dt) if bias is not None else None
+        chunks = _row_chunks(N)
+        dx = _empty((N, F), dt)
+        dbp = torch.empty((chunks.shape[0] - 1, F) if b is not None else (1, 1), dtype=dt)
+        drop = mask is not None
+        k = get_kernel("epilogue", fn="epi_bwd", act=act, bias=b is not None, drop=drop)
+        _launch(k, N * F, G.numpy(), x2.numpy(), b.numpy() if b is not None else _dummy(npdt, 1),
+                mask.numpy() if drop else _dummy(np.uint8), dx.numpy(), dbp.numpy(), chunks,
+                npdt(1.0 - p), npdt(1), npdt(0))
+        db = dbp.sum(0).reshape(bias.shape).to(bias.dtype) if (need_b and b is not None) else None
+        return (dx.reshape(grad.shape) if need_x else None), db, None, None, None
+
+
+def epilogue_supported(x: torch.Tensor, bias: torch.Tensor | None) -> bool:
+    return (x.dtype in _FLOATS and x.dim() >= 1 and x.numel() > 0
+            and (bias is None or (tuple(bias.shape) == tuple(x.shape[1:]) and bias.dtype == x.dtype)))
+
+
+def epilogue(x: torch.Tensor, bias: torch.Tensor | None = None, act: str = "none", p: float = 0.0,
+             seed: int | None = None) -> torch.Tensor:
+    """dropout(act(x + bias)) in one pass over x (act: none, relu, elu; bias:
+    x's feature shape).  Dropout (when `seed` is given and p > 0) is the
+    reference backend's: keep = torch.rand(x.shape,
+    generator=torch.Generator().manual_seed(seed)) >= p, y = (v * keep) / (1 - p),
+    bit for bit; a uint8 mask is kept for the backward (and x, for act)."""
+    if act not in codegen.ACTS:
+        raise ValueError(f"unknown activation {act!r} (one of {codegen.ACTS})")
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout p must be in [0, 1), got {p}")
+    if p == 0.0:
+        seed = None
+    if not epilogue_supported(x, bias):
+        raise ValueError("epilogue takes float32 / float64 x with rows and a bias of x's feature shape and dtype")
+    return _EpilogueFn.apply(x, bias, act, float(p), seed)
+
+
+# --------------------------------------------------------------------------
+# dense: torch's GEMM, writing into huge-page outputs
+# --------------------------------------------------------------------------
+
+class _LinearFn(torch.autograd.Function):
+    """sum_k x_k @ W_k (x_k [N, d_k], W_k [d_k, m]): torch's GEMM (addmm for
+    the second term onwards) into one output of _empty, and the same for the
+    backward's input gradients (their fresh N x d pages are most of a GEMM's
+    time on the bench VM, see HUGE_ALLOC_BYTES)."""
+
+    @staticmethod
+    def forward(ctx, *xw):
+        xs, ws = xw[0::2], xw[1::2]
+        out = _empty((xs[0].shape[0], ws[0].shape[1]), xs[0].dtype)
+        torch.mm(xs[0], ws[0], out=out)
+        for x, w in zip(xs[1:], ws[1:]):
+            out.addmm_(x, w)
+        ctx.save_for_backward(*xw)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad):
+        xw = ctx.saved_tensors
+        grads = []
+        for i in range(0, len(xw), 2):
+            x, w = xw[i], xw[i + 1]
+            dx = dw = None
+            if ctx.needs_input_grad[i]:
+                dx = _empty(tuple(x.shape), grad.dtype)
+                torch.mm(grad, w.t(), out=dx)
+            if ctx.needs_input_grad[i + 1]:
+                dw = torch.mm(x.t(), grad)
+            grads += [dx, dw]
+        return tuple(grads)
+
+
+def linear(*xw: torch.Tensor) -> torch.Tensor:
+    """x1 @ W1 + x2 @ W2 + ... for x_k [N, d_k] and W_k [d_k, *out] (the
+    out axes flattened for the GEMM and restored), float32 / float64, the
+    output and the backward's input gradients in huge pages."""
+    if len(xw) % 2 or not xw:
+        raise ValueError("linear takes pairs x, W")
+    xs, ws = xw[0::2], xw[1::2]
+    out_shape = tuple(ws[0].shape[1:])
+    dt = xs[0].dtype
+    ok = dt in _FLOATS and all(x.dim() == 2 and x.dtype == dt and x.shape[0] == xs[0].shape[0] for x in xs) \
+        and all(w.dtype == dt and w.dim() >= 2 and tuple(w.shape[1:]) == out_shape for w in ws) \
+        and all(x.shape[1] == w.shape[0] for x, w in zip(xs, ws))
+    if not ok:
+        out = None
+        for x, w in zip(xs, ws):
+            t = torch.tensordot(x, w, dims=1)
+            out = t if out is None else out + t
+        return out
+    m = math.prod(out_shape)
+    args = []
+    for x, w in zip(xs, ws):
+        args += [x, w.reshape(w.shape[0], m)]
+    y = _LinearFn.apply(*args)
+    return y.reshape((y.shape[0],) + out_shape)
+
+
+
+# --------------------------------------------------------------------------
+# per-head dot products of a vertex tensor with parameters (GAT's scores)
+# --------------------------------------------------------------------------
+
+class _HeadDotFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, z, *a):
+        dt = z.dtype
+        N = z.shape[0]
+        H = z.shape[1] if z.dim() > 2 else 1
+        D = z.shape[-1]
+        K = len(a)
+        z3 = _mat(z, dt, N, H * D).reshape(N, H, D)
+        a3 = torch.stack([t.detach().to(dt).reshape(H, D) for t in a]).contiguous()
+        out = torch.empty((K, N, H), dtype=dt)
+        chunks = _row_chunks(N)
+        _launch(get_kernel("head_dot", fn="head_dot_fwd"), N * H * D * K, chunks, z3.numpy(), a3.numpy(),
+                out.numpy(), _NP[dt](0))
+        ctx.save_for_backward(z, *a)
+        ctx.dims = (N, H, D, K)
+        return tuple(out[k].reshape(z.shape[:-1]) for k in range(K))
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, *grads):
+        z, *a = ctx.saved_tensors
+        N, H, D, K = ctx.dims
+        need_z, need_a = ctx.needs_input_grad[0], any(ctx.needs_input_grad[1:])
+        if not (need_z or need_a):
+            return (None,) * (1 + K)
+        dt = z.dtype
+        npdt = _NP[dt]
+        z3 = _mat(z, dt, N, H * D).reshape(N, H, D)
+        a3 = torch.stack([t.detach().to(dt).reshape(H, D) for t in a]).contiguous()
+        g = torch.stack([(gr if gr is not None else torch.zeros(z.shape[:-1], dtype=dt)).to(dt).reshape(N, H)
+                         for gr in grads]).contiguous()
+        chunks = _row_chunks(N)
+        dz = _empty((N, H, D), dt) if need_z else None
+        dap = torch.empty((chunks.shape[0] - 1, K, H, D) if need_a else (1, 1, 1, 1), dtype=dt)
+        _launch(get_kernel("head_dot", fn="head_dot_bwd"), N * H * D * K, chunks, z3.numpy(), a3.numpy(),
+                g.numpy(), dz.numpy() if need_z else _dummy(npdt, 3), dap.numpy(), npdt(0), bool(need_z),
+                bool(need_a))
+        da = dap.sum(0) if need_a else None
+        out = [dz.reshape(z.shape).to(z.dtype) if need_z else None]
+        for k, t in enumerate(a):
+            out.append(da[k].reshape(t.shape).to(t.dtype) if (need_a and ctx.needs_input_grad[1 + k]) else None)
+        return tuple(out)
+
+
+def head_dot(z: torch.Tensor, *a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(z * a_k).sum(-1) for each a_k of z's feature shape ([N, H, D] with
+    a_k [H, D], or [N, D] with a_k [D]): one pass over z for all k, and one
+    for the backward (dz and every a_k's gradient)."""
+    if not a or z.dtype not in _FLOATS or z.dim() not in (2, 3) or z.shape[0] == 0:
+        return tuple((z * t).sum(-1) for t in a)
+    for t in a:
+        if tuple(t.shape) != tuple(z.shape[1:]) or t.dtype != z.dtype:
+            return tuple((z * t).sum(-1) for t in a)
+    return _HeadDotFn.apply(z, *a)

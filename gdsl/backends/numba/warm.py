@@ -10,7 +10,11 @@ only load them.  Requests (a list of (op, params) pairs):
     ("aggregate", {"msg": "mul", "reduce": "sum", "bcast": "head", "to": "dst"})
         bcast: "none" (copy_src / copy_edge, or w shaped like x), "scalar" (w [E]),
         "head" (w [E, H], x [N, H, D]), "full" (w [E, *fs]); optional
-        "blocked": True (cache-blocked kernel), "index_dtype": "int64"
+        "blocked": True (cache-blocked kernel), "index_dtype": "int64",
+        "xscale" / "oscale": True (fused vertex / row scales), "wperm": True
+        (constant w read in CSR order)
+    ("epilogue", {"act": "relu", "bias": True, "drop": True})
+    ("head_dot", {})
     ("sddmm", {"op": "dot"})
     ("edge_softmax", {})
     ("gat_aggregate", {})
@@ -53,15 +57,30 @@ def _run_one(op: str, params: dict, dtype: str) -> None:
                  "head": lambda: t(E, 2)}[bcast]()
         if msg == "copy_edge":
             w = t(E, 2, 2)
+        kw = {}
+        if params.get("xscale"):
+            kw["xscale"] = torch.rand(N, dtype=dt)
+        if params.get("oscale"):
+            kw["oscale"] = torch.rand(N, dtype=dt)
+        if params.get("wperm") and w is not None:
+            w = w.detach()
+            kw["w_perm"] = ops.permute_edge_data(g, w, to)
         prev = ops.set_cache_blocking("on", 1) if params.get("blocked") else ops.set_cache_blocking("off")
         try:
-            ops.aggregate(g, x, w, msg, reduce, to).sum().backward()
+            ops.aggregate(g, x, w, msg, reduce, to, **kw).sum().backward()
         finally:
             ops.set_cache_blocking(*prev)
     elif op == "sddmm":
         ops.sddmm(g, t(N, 2, 2), t(N, 2, 2), params["op"]).sum().backward()
     elif op == "edge_softmax":
         ops.edge_softmax(g, t(E, 2)).backward(torch.rand(E, 2, dtype=dt))
+    elif op == "epilogue":
+        act = params.get("act", "none")
+        b = t(2, 2) if params.get("bias") else None
+        p = 0.5 if params.get("drop", True) else 0.0
+        ops.epilogue(t(N, 2, 2), b, act, p, 1 if p else None).sum().backward()
+    elif op == "head_dot":
+        sum(ops.head_dot(t(N, 2, 2), t(2, 2), t(2, 2))).sum().backward()
     elif op == "gat_aggregate":
         ops.gat_aggregate(g, t(N, 2), t(N, 2), t(N, 2, 2), 0.2).backward(torch.rand(N, 2, 2, dtype=dt))
     else:
