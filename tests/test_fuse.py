@@ -61,7 +61,8 @@ def test_what_fuses_in_the_examples():
     assert gat.count("gat_aggregate[slope=0.2") == 2
     assert "edge_softmax" not in gat and "src[" not in gat and "dst[" not in gat
     gcn = gdsl.compile(ROOT / "programs" / "gcn.gd").ir
-    assert gcn.count("aggregate[msg=mul, order=sparse_first, order_by=undecided, reduce=sum") == 2
+    assert gcn.count("aggregate[msg=mul, order=sparse_first, order_by=undecided, order_grad=dense_first, "
+                     "order_grad_by=undecided, order_memo=true, reduce=sum") == 2
     sage = gdsl.compile(ROOT / "programs" / "sage.gd").ir
     assert sage.count("aggregate[msg=copy_src, order=sparse_first") == 3  # 256 -> 256 by width; F, C unknown
 

@@ -76,7 +76,7 @@ def worker_args(args, prog, parts: str) -> dict:
     return {"program": args.program, "train": args.train, "overrides": prog.overrides, "parts": parts,
             "epochs": args.epochs, "seed": args.seed, "json": args.json, "report": args.report,
             "checkpoint": args.checkpoint, "checkpoint_every": args.checkpoint_every, "resume": args.resume,
-            "log_every": args.log_every}
+            "log_every": args.log_every, "backend": getattr(args, "backend", None) or "reference"}
 
 
 def _check_existing(parts: Path, P: int, prog) -> None:

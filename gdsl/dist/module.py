@@ -34,9 +34,11 @@ from torch import nn
 
 from gdsl.backends.reference.executor import ReferenceModule
 from gdsl.backends.reference.graphdata import GraphData
+from gdsl.backends.reference.linear import plan_linear, run_linear
 from gdsl.diagnostics import GdslError
 from gdsl.dist import functions as fn
 from gdsl.dist.comm import Comm
+from gdsl.dist.kernels import LocalKernels
 from gdsl.dist.part import RankPart
 from gdsl.graph.partition import feature_slices
 from gdsl.ir.core import Module, Op, Value
@@ -65,7 +67,7 @@ class DistModule(ReferenceModule):
     """One rank of a distributed plan, as a torch Module (forward returns the
     rows this rank computes; `loss` and `metrics` are global)."""
 
-    def __init__(self, module: Module, part: RankPart, comm: Comm) -> None:
+    def __init__(self, module: Module, part: RankPart, comm: Comm, backend: str = "reference") -> None:
         nn.Module.__init__(self)
         self.ir, self.part, self.comm = module, part, comm
         namer = _Namer()
@@ -118,6 +120,11 @@ class DistModule(ReferenceModule):
         if strategy == "features":
             self._mark_feature_region(module)
         self._plan_fast_spmm(module)
+        self.backend = backend
+        self.kernels = None if backend == "reference" else \
+            LocalKernels(backend, self.gd.src, self.gd.dst, part.own_pos, part.n_local, strategy)
+        self._lin_anchor, self._lin_skip = plan_linear(self, module)
+        self._check_linear_groups()
 
     # ---------------------------------------------------------------- set-up
     def _make_halo(self) -> fn.HaloExchange:
@@ -261,6 +268,27 @@ class DistModule(ReferenceModule):
                 self._spmm[op] = torch.sparse_coo_tensor(torch.stack([gd.dst, gd.src]), vals,
                                                          (gd.num_nodes, n_cols)).coalesce().to_sparse_csr()
 
+    def linear_spmm(self, agg: Op):
+        return None   # local products need the halo rows: linear.py goes through run_op
+
+    def _check_linear_groups(self) -> None:
+        """A backward order other than autograd's own (linear.py) runs its SpMMs
+        through `run_op` in both directions; refuse the plans where that is not
+        the same computation."""
+        for runner in self._lin_anchor.values():
+            g = runner.g
+            where = f"{self._vn(g.out)} ({g.agg.attrs.get('scope', '')})"
+            if any(op.result in self.cols_region for op in g.ops):
+                raise GdslError(f"{where}: backward = {g.bwd} with memoize = {str(g.memo).lower()} is not implemented "
+                                "in P3's model-parallel first layer (partition = features)")
+            if self.spec.strategy == "rows_replicated":
+                raise GdslError(f"{where}: backward = {g.bwd} with memoize = {str(g.memo).lower()} is not implemented "
+                                "for rows_replicated (1.5D) plans, which run autograd's own backward order (drop the "
+                                "order hint's backward/memoize options)")
+            if self.spec.strategy == "vertex_cut" and self.spec.delay != 0:
+                raise GdslError(f"{where}: a chosen backward order is not implemented with delayed aggregation "
+                                f"(delay = {self.spec.delay})")
+
     # ---------------------------------------------------------------- views
     def _in_full(self, op: Op) -> bool:
         if self.spec.strategy == "redistribute":
@@ -288,7 +316,10 @@ class DistModule(ReferenceModule):
         self._ext_cache: dict[Value, torch.Tensor] = {}
         env: dict[Value, object] = {}
         for op in self.ir.main.ops:
-            if op.name == "loss":
+            if op.name == "loss" or op in self._lin_skip:
+                continue
+            if op in self._lin_anchor:
+                env[op.result] = run_linear(self._lin_anchor[op], env)
                 continue
             vals = [env[v] for v in op.operands]
             env[op.result] = self.run_op(op, vals, x)
@@ -308,6 +339,8 @@ class DistModule(ReferenceModule):
             return self._run_full(op, vals, x)
         if n == "src":
             return self._ext(op.operands[0], vals[0]).index_select(0, self.src_index)
+        if self.kernels is not None and self.kernels.takes(op):
+            return self._on_kernel(op, vals)
         if n == "aggregate" and op in self._spmm:
             h = self._ext(op.operands[0], vals[0])
             with warnings.catch_warnings():
@@ -316,6 +349,11 @@ class DistModule(ReferenceModule):
             return self._complete(out, "sum", op)
         if n == "aggregate":
             vals = list(vals)
+            if op.attrs.get("adjoint") and self.spec.strategy == "vertex_cut":
+                # A^T of a gradient (linear.py): a split vertex's gradient is the sum
+                # of its replicas' shares, so combine them before the local product
+                # (the result stays one share per replica, as autograd keeps it)
+                vals[0] = self._tree.exact(vals[0], f"{self._vn(op.result)} aggregate^T", "sum")
             if op.attrs["to"] == "dst" and op.attrs["msg"] != "copy_edge":
                 vals[0] = self._ext(op.operands[0], vals[0])
             self._cur = op
@@ -330,6 +368,23 @@ class DistModule(ReferenceModule):
             return super().run_op(op, [self._ext(op.operands[0], el), er, self._ext(op.operands[2], z)], x)
         return super().run_op(op, vals, x)
 
+    def _on_kernel(self, op: Op, vals: list):
+        """`op` on the backend's kernel over the local graph (gdsl/dist/kernels.py),
+        completed by the plan as the torch path's partial result would be."""
+        if op.name == "gat_aggregate":
+            el, er, z = vals
+            return self.kernels.gat(op, self._ext(op.operands[0], el), er, self._ext(op.operands[2], z))
+        msg, reduce = op.attrs["msg"], op.attrs["reduce"]
+        x = None if msg == "copy_edge" else self._ext(op.operands[0], vals[0])
+        w = vals[0] if msg == "copy_edge" else (vals[1] if len(vals) > 1 else None)
+        r = "sum" if reduce == "mean" else reduce
+        self._cur = op
+        out = self._complete(self.kernels.aggregate(op, x, w, r), r, op)
+        if reduce == "mean":
+            deg = self.gd.vertex_env["degree"].clamp(min=1).to(out.dtype)
+            out = out / deg.reshape((-1,) + (1,) * (out.dim() - 1))
+        return out
+
     def _const_view(self, op: Op) -> GraphData:
         # RDM: an edge constant feeds the whole-graph aggregation; a vertex constant the local rows
         return self.full if op.name == "edge_const" else self.gd
@@ -341,10 +396,10 @@ class DistModule(ReferenceModule):
         vals = [self._const(v.owner, self.full) if v.owner is not None and v.owner.name in consts else val
                 for v, val in zip(op.operands, vals)]
         if self.spec.strategy == "redistribute" and n == "aggregate":
-            cols = feature_slices(int(np.prod(op.operands[0].type.shape, dtype=np.int64)) if op.operands[0].type.shape
-                                  else 1, self.comm.size)
             h = vals[0]
             flat = h.reshape(h.shape[0], -1)
+            cols = feature_slices(int(flat.shape[1]), self.comm.size)   # the tensor's width (linear.py
+            # also passes gradients and recomputations through this op)
             label = f"{self._vn(op.result)} aggregate"
             hc = fn.Redistribute.apply(flat, self.comm, self.block_rows, cols, True, label + " rows->cols")
             if op in self._spmm:
@@ -353,15 +408,19 @@ class DistModule(ReferenceModule):
                     out = torch.sparse.mm(self._spmm[op], hc)
             else:
                 sub = self._swap(self.full)
+                self._plain_gather = True   # the whole graph on this rank: nothing to complete
                 try:
                     out = super().aggregate(op, [hc.reshape((hc.shape[0], -1)), *vals[1:]])
                 finally:
                     self._swap(sub)
+                    self._plain_gather = False
             back = fn.Redistribute.apply(out.contiguous(), self.comm, self.block_rows, cols, False, label + " cols->rows")
             return back.reshape((back.shape[0],) + tuple(h.shape[1:]))
         if n == "matmul":
             lo, hi = self.feature_cols
             return torch.tensordot(vals[0], vals[1][lo:hi], dims=1)
+        if self.kernels is not None and self.kernels.takes(op):
+            return self._on_kernel(op, vals)
         if n == "aggregate" and op in self._spmm:
             h = vals[0]
             with warnings.catch_warnings():
@@ -399,6 +458,8 @@ class DistModule(ReferenceModule):
 
     # ---------------------------------------------------------------- completing partial reductions
     def gather(self, m: torch.Tensor, reduce: str, to: str) -> torch.Tensor:
+        if getattr(self, "_plain_gather", False):
+            return ReferenceModule.gather(self, m, reduce, to)
         idx = self.dst_index if to == "dst" else self.src_index
         rows = self.part.n_own if to == "dst" else self.part.n_local
         if self.spec.strategy in ("replicate", "vertex_cut"):
@@ -428,7 +489,7 @@ class DistModule(ReferenceModule):
     def _complete(self, partial: torch.Tensor, reduce: str, op: Op | None, to: str = "dst") -> torch.Tensor:
         s = self.spec.strategy
         label = f"{self._vn(op.result)} {op.name}" if op is not None and op.result is not None else "gather"
-        if s == "replicate":
+        if s == "replicate" or (s == "vertex_cut" and op is not None and op.attrs.get("adjoint")):
             return partial
         if s in ("rows", "features", "redistribute"):
             if to == "dst":

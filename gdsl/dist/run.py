@@ -126,13 +126,14 @@ def _load_checkpoint(directory: Path, comm, model, opt) -> tuple[int, list]:
     return state["epoch"], state["history"]
 
 
-def make_model(prog, part, comm, dims: dict, seed: int):
-    """This rank's DistModule of `prog` (params drawn as a single process would)."""
+def make_model(prog, part, comm, dims: dict, seed: int, backend: str = "reference"):
+    """This rank's DistModule of `prog` (params drawn as a single process would;
+    `backend` numba or triton runs the local sparse ops on its kernels)."""
     from gdsl.compiler import compile_source
     from gdsl.dist.module import DistModule
     compiled = compile_source(prog.source, prog.file, dims=dims, overrides=prog.overrides, train=prog.train_name)
     torch.manual_seed(seed)
-    model = DistModule(compiled.module, part, comm)
+    model = DistModule(compiled.module, part, comm, backend=backend)
     model.dropout_seed = seed
     return model
 
@@ -207,7 +208,7 @@ def run_rank(args: dict) -> int:
     part = load_part(pdir, rank, size, expect={"program": program_key(prog.source, prog.overrides, prog.train_name)})
     dims = read_header(part_path(pdir, rank))["dims"]
     seed = args.get("seed", 0)
-    model = make_model(prog, part, comm, dims, seed)
+    model = make_model(prog, part, comm, dims, seed, args.get("backend") or "reference")
     opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
     epochs = args.get("epochs") or cfg.epochs
     history: list[dict] = []
@@ -227,12 +228,14 @@ def run_rank(args: dict) -> int:
     ck = Path(args["checkpoint"]) if args.get("checkpoint") else None
     train_loop(model, cfg, comm, epochs, opt=opt, start=start, history=history, on_epoch=on_epoch,
                checkpoint=ck, every=int(args.get("checkpoint_every") or 10), traffic=bool(report or args.get("json")))
+    kernels = {} if model.kernels is None else dict(model.kernels.used)
     if rank == 0:
-        _print_summary(history, report, part, args)
+        _print_summary(history, report, part, args, model.backend, kernels)
         if args.get("json"):
             last = history[-1] if history else {}
             write_json(args["json"], {"program": args["program"], "np": size, "plan": part.spec.describe(),
-                                      "exact": part.spec.exact, "seed": seed, "epochs": history,
+                                      "exact": part.spec.exact, "seed": seed, "backend": model.backend,
+                                      "kernels": kernels, "epochs": history,
                                       "final": {k: v for k, v in last.items() if not k.startswith("comm")}})
             print(f"wrote {args['json']}", file=sys.stderr)
     return 0
@@ -249,14 +252,16 @@ def _gather_traffic(comm, traffic) -> dict:
             for k in keys}
 
 
-def _print_summary(history: list, report: bool, part, args) -> None:
+def _print_summary(history: list, report: bool, part, args, backend: str = "reference",
+                   kernels: dict | None = None) -> None:
     if not history:
         return
     last = history[-1]
     accs = "  ".join(f"{k} {v:.4f}" for k, v in last.items() if k.endswith("_acc"))
     mean_t = sum(h["time"] for h in history) / len(history)
     print(f"final (epoch {last['epoch']}): loss {last['loss']:.4f}  {accs}  mean epoch {mean_t * 1000:.1f} ms  "
-          f"[{part.spec.describe()}, {part.size} ranks{'' if part.spec.exact else ', approximate'}]")
+          f"[{part.spec.describe()}, {part.size} ranks{'' if part.spec.exact else ', approximate'}"
+          f"{', ' + backend + ' kernels: ' + ', '.join(sorted(kernels)) if kernels else ''}]")
     if report:
         print("communication per epoch (bytes per rank: max over ranks; total = all ranks):")
         for h in history:

@@ -128,6 +128,7 @@ class OrderHint(Stmt):
     layer: str
     occurrence: int
     value: Expr
+    spec: str = ""      # the checked hint's canonical text (passes/order.py's order_value)
 
 
 # ---- declarations ----------------------------------------------------------

@@ -318,8 +318,11 @@ class Checker:
             if isinstance(s, ast.OrderHint):
                 if s.key != "order":
                     self.diags.error(s.span, f"only 'order' takes a per-call hint, not '{s.key}'")
-                elif self._word(s.value, ORDERS[1:], "order") is not None:
-                    self.out.order_hints.append(s)
+                else:
+                    v = self._order(s.value, ORDERS[1:])
+                    if v is not None:
+                        s.spec = v
+                        self.out.order_hints.append(s)
                 continue
             if not isinstance(s, ast.Assign):
                 self.diags.error(s.span, "a schedule block holds only 'key = value' hints")
@@ -345,7 +348,42 @@ class Checker:
         return self._word(e, ("cpu", "gpu"), "target")
 
     def hint_order(self, e):
-        return self._word(e, ORDERS, "order")
+        return self._order(e, ORDERS)
+
+    def _order(self, e: ast.Expr, allowed) -> str | None:
+        """`sparse_first`, `dense_first` or either with backward options:
+        `dense_first(backward = sparse_first, memoize = false)` -> its canonical text."""
+        from gdsl.passes.order import order_value
+        name, args, kwargs = _callee(e)
+        if not isinstance(e, ast.Call):
+            return self._word(e, allowed, "order")
+        if name not in ORDERS[1:]:
+            self.diags.error(e.span, f"bad order hint '{ast.format_expr(e)}' (expected sparse_first or dense_first, "
+                             "optionally with (backward = sparse_first|dense_first, memoize = true|false))")
+            return None
+        if args:
+            self.diags.error(args[0].span, "an order takes only backward = ... and memoize = ...")
+            return None
+        opts = {"backward": ORDERS[1:], "memoize": ("true", "false")}
+        got = {}
+        for k in kwargs:
+            if k.name not in opts:
+                self.diags.error(k.span, f"unknown order option '{k.name}' (expected backward, memoize)")
+                return None
+            v = self._word(k.value, opts[k.name], k.name)
+            if v is None:
+                return None
+            got[k.name] = v
+        bwd, memo = got.get("backward", "auto"), got.get("memoize", "auto")
+        if memo == "true" and (name == "dense_first" or bwd == "sparse_first"):
+            why = ("a dense-first forward never computes A X" if name == "dense_first"
+                   else "a sparse-first backward does not read A X")
+            self.diags.error(e.span, f"memoize = true cannot hold: {why} (RDM Fig. 3: only a sparse-first forward "
+                             "with a dense-first backward memoises)")
+            return None
+        if memo == "false" and bwd == "auto":
+            bwd = "dense_first"  # memoising is a choice of the dense-first backward
+        return order_value(name, bwd, memo)
 
     def hint_partition(self, e):
         name, args, kwargs = _callee(e)

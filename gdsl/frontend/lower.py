@@ -54,6 +54,14 @@ class _Scope:
     scope: str | None = None
 
 
+def _needs_linearity(spec: str) -> str:
+    """An order hint as order_feasible's question: anything but the plain
+    sparse-first forward with autograd's backward reassociates `A X W`."""
+    from gdsl.passes.order import parse_order
+    fwd, bwd, memo = parse_order(spec)
+    return "dense_first" if (fwd == "dense_first" or bwd == "sparse_first" or memo == "false") else "sparse_first"
+
+
 class Lowerer:
     def __init__(self, prog: CheckedProgram, dims: dict[str, int] | None = None,
                  overrides: dict[str, Any] | None = None) -> None:
@@ -233,7 +241,7 @@ class Lowerer:
         if self.prog.schedule:
             m.attrs["schedule"] = dict(sorted(self.prog.schedule.items()))
         if self.prog.order_hints:
-            m.attrs["order_hints"] = {f"{h.layer}#{h.occurrence}": h.value.id for h in self.prog.order_hints}
+            m.attrs["order_hints"] = {f"{h.layer}#{h.occurrence}": h.spec for h in self.prog.order_hints}
         return m
 
     def input_value(self, sc: _Scope, d: ast.InputDecl) -> Value:
@@ -258,13 +266,13 @@ class Lowerer:
             else:
                 call = calls.get(f"{h.layer}_{h.occurrence}")
                 if call is not None:
-                    ok, why = order_feasible(self.funcs[call.attrs["callee"]], h.value.id)
+                    ok, why = order_feasible(self.funcs[call.attrs["callee"]], _needs_linearity(h.spec))
                     if not ok:
-                        self.diags.error(h.value.span, f"order {h.value.id} cannot hold for {h.layer}#{h.occurrence}: {why}")
+                        self.diags.error(h.value.span, f"order {h.spec} cannot hold for {h.layer}#{h.occurrence}: {why}")
         order = self.prog.schedule.get("order")
-        if order in ("sparse_first", "dense_first"):
+        if order not in (None, "auto"):
             span = self.prog.schedule_spans["order"]
-            results = {op.attrs["scope"]: order_feasible(self.funcs[op.attrs["callee"]], order)
+            results = {op.attrs["scope"]: order_feasible(self.funcs[op.attrs["callee"]], _needs_linearity(order))
                        for op in calls.values() if op.attrs["callee"] in self.funcs}
             applicable = {k: r for k, r in results.items() if "no aggregation" not in r[1]}
             if not applicable:

@@ -15,9 +15,26 @@ Handled form, inside one layer call (scope):
     t  = matmul a', W       (a, a' read by nothing else)
 dense_first rewrites it to  y = matmul x, W;  t = aggregate y [, w] [* c].
 
-Requires: fused IR. Ensures: every handled form carries `order`; dense_first
-forms are rewritten; widths still symbolic (no data) stay sparse_first with
-`order_by=undecided`.
+The backward is decided too (RDM §III-C, Table III, Fig. 3-4), and recorded
+on the aggregation as `order_grad=` (sparse_first: G' = A^T G first, then
+dX = G' W^T and dW = X^T G'; dense_first: dX = A^T (G W^T)) and `order_memo=`
+(a dense-first backward after a sparse-first forward takes dW = T^T G from
+the memoised T = A X; without it, one more SpMM of width min(f_in, f_out)
+recomputes A X or A^T G). Decided by the single-process sparse work of the
+three choices (nnz x width, RDM's "sparse ops"; `gdsl/cost/rdm.py` counts the
+same for a whole epoch), ties to what autograd does by itself (sparse-first
+forward -> dense-first backward with T kept; dense-first forward ->
+sparse-first backward), then to the smaller memory. So `auto` memoises T
+whenever it computes it; `memoize = false` trades the N x f_in words of T for
+one more SpMM. A hint may set them:
+`order GCNConv#1 = dense_first(backward = dense_first, memoize = false)`.
+`linear_groups` lists the forms for the backends, which run a form whose
+backward differs from autograd's own as one autograd Function
+(gdsl/backends/reference/linear.py).
+
+Requires: fused IR. Ensures: every handled form carries `order`,
+`order_grad`, `order_memo`; dense_first forms are rewritten; widths still symbolic (no data)
+stay sparse_first with `order_by=undecided`.
 """
 from __future__ import annotations
 
@@ -48,8 +65,13 @@ class Order:
             agg, scale = form
             scope = t.attrs.get("scope", "")
             hint = hints.get(scope.replace("_", "#")) if scope else None
-            choice, by = (hint, "hint") if hint else ((default, "hint") if default != "auto" else self.by_width(t))
+            if not hint and default != "auto":
+                hint = default
+            fwd, bwd, memo = parse_order(hint) if hint else ("auto", "auto", "auto")
+            choice, by = (fwd, "hint") if fwd != "auto" else self.by_width(t)
             agg.attrs.update(order=choice, order_by=by)
+            bwd_choice, bwd_memo, bwd_by = self.backward(t, choice, bwd, memo, needs_grad(f, agg.operands[0]))
+            agg.attrs.update(order_grad=bwd_choice, order_grad_by=bwd_by, order_memo=bwd_memo)
             if choice != "dense_first":
                 continue
             rewrites[t] = self.rewrite(t, agg, scale)
@@ -94,6 +116,31 @@ class Order:
         return ("dense_first" if f_out < f_in else "sparse_first"), "width"
 
     @staticmethod
+    def backward(t: Op, fwd: str, bwd: str, memo: str, input_grad: bool) -> tuple[str, bool, str]:
+        """(bwd order, memoise, how decided) for the form ending in matmul `t`.
+
+        Sparse work per choice (in nnz x width; RDM Table III, `rdm.schedule`):
+        sparse-first f_out; dense-first with T memoised f_in (0 if the input
+        needs no gradient); dense-first without f_in (or 0) + min(f_in, f_out).
+        Memoising keeps N x f_in more words alive."""
+        if bwd != "auto":
+            m = (memo == "true") if memo != "auto" else (fwd == "sparse_first" and bwd == "dense_first")
+            return bwd, m, "hint"
+        x, w = t.operands
+        a = sympy.Mul(*x.type.shape)
+        b = sympy.Mul(*w.type.shape[1:]) if len(w.type.shape) > 1 else sympy.Integer(1)
+        natural = ("dense_first", True) if fwd == "sparse_first" else ("sparse_first", False)
+        if not (a.is_number and b.is_number):
+            return natural[0], natural[1], "undecided"
+        a, b = int(a), int(b)
+        g = a if input_grad else 0
+        options = {("sparse_first", False): (b, 0), ("dense_first", False): (g + min(a, b), 0)}
+        if fwd == "sparse_first":
+            options[("dense_first", True)] = (g, a)
+        best = min(options, key=lambda k: (options[k][0], k != natural, options[k][1]))
+        return best[0], best[1], "cost"
+
+    @staticmethod
     def rewrite(t: Op, agg: Op, scale: Op | None) -> list[Op]:
         x = agg.operands[0]
         keep = {k: t.attrs[k] for k in ("scope",) if k in t.attrs}
@@ -111,3 +158,82 @@ class Order:
 
 def _partial(t: Op) -> dict:
     return {"partial": True} if t.attrs.get("partial") else {}
+
+
+ORDERS = ("sparse_first", "dense_first")
+
+
+def order_value(fwd: str, bwd: str = "auto", memo: str = "auto") -> str:
+    """The canonical text of an order hint: `dense_first` or
+    `dense_first(backward = sparse_first, memoize = false)`."""
+    kw = [f"backward = {bwd}"] * (bwd != "auto") + [f"memoize = {memo}"] * (memo != "auto")
+    return fwd + (f"({', '.join(kw)})" if kw else "")
+
+
+def parse_order(value: str) -> tuple[str, str, str]:
+    """(forward, backward, memoize) of `order_value`'s text; 'auto' where unset."""
+    fwd, _, rest = value.partition("(")
+    kw = dict(part.split(" = ") for part in rest.rstrip(")").split(", ") if part)
+    return fwd.strip(), kw.get("backward", "auto"), kw.get("memoize", "auto")
+
+
+def needs_grad(f, v: Value) -> bool:
+    """Whether value `v` depends on a param (so its gradient is computed)."""
+    grad: set[Value] = set()
+    for op in f.ops:
+        if op.result is None:
+            continue
+        if op.name == "param" or any(o in grad for o in op.operands):
+            grad.add(op.result)
+        if op.result is v:
+            break
+    return v in grad
+
+
+@dataclass(frozen=True)
+class LinearGroup:
+    """One ordered form: x -> [aggregate, scale, matmul] (sparse-first) or
+    [matmul, aggregate, scale] (dense-first), computing `out` from `x` and
+    the param `w`. `ops` in program order; the last one defines `out`."""
+
+    ops: tuple
+    agg: Op
+    scale: Op | None
+    matmul: Op
+    x: Value
+    w: Value
+    out: Value
+    fwd: str
+    bwd: str
+    memo: bool
+
+    @property
+    def natural(self) -> bool:
+        """What autograd does by itself for this forward order."""
+        if self.fwd == "sparse_first":
+            return self.bwd == "dense_first" and self.memo
+        return self.bwd == "sparse_first"
+
+
+def linear_groups(module: Module) -> list[LinearGroup]:
+    """The forms the order pass decided (aggregations carrying `order_grad`)."""
+    f = module.main
+    users = f.uses()
+    out = []
+    for agg in f.ops:
+        if agg.name != "aggregate" or "order_grad" not in agg.attrs:
+            continue
+        fwd = agg.attrs["order"]
+        nxt = users.get(agg.result, [])
+        scale = nxt[0] if (len(nxt) == 1 and nxt[0].name == "mul" and nxt[0].operands[0] is agg.result) else None
+        if fwd == "sparse_first":
+            tail = scale.result if scale is not None else agg.result
+            mm = users[tail][0]
+            ops = (agg,) + ((scale,) if scale else ()) + (mm,)
+            x, w, res = agg.operands[0], mm.operands[1], mm.result
+        else:
+            mm = agg.operands[0].owner
+            ops = (mm, agg) + ((scale,) if scale else ())
+            x, w, res = mm.operands[0], mm.operands[1], ops[-1].result
+        out.append(LinearGroup(ops, agg, scale, mm, x, w, res, fwd, agg.attrs["order_grad"], bool(agg.attrs["order_memo"])))
+    return out

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gdsl.backends.reference.graphdata import GraphData
+from gdsl.backends.reference.linear import plan_linear, run_linear
 from gdsl.graph.graph import Graph
 from gdsl.ir.core import Module, Op, Type, Value
 from gdsl.ir.ops import broadcast_mode
@@ -103,6 +104,7 @@ class ReferenceModule(nn.Module):
             elif op.name == "degree":
                 self._consts[op] = self.gd.vertex_env["degree"]
         self._spmm = self._plan_spmm(module)
+        self._lin_anchor, self._lin_skip = plan_linear(self, module)
         self.feature_input = next((op.attrs["name"] for op in module.main.ops
                                    if op.name == "input" and op.result.type.domain == "vertex"
                                    and op.result.type.dtype == "f32"), None)
@@ -144,6 +146,11 @@ class ReferenceModule(nn.Module):
                 plan[op] = torch.sparse_coo_tensor(torch.stack([row, col]), vals, (n, n)).coalesce().to_sparse_csr()
         return plan
 
+    def linear_spmm(self, agg: Op):
+        """The CSR matrix of aggregation `agg` when it runs as one torch.sparse
+        product (linear.py takes A and A^T from it), else None."""
+        return self._spmm.get(agg)
+
     def _holder(self, scope: str) -> nn.Module:
         if not hasattr(self, scope):
             self.add_module(scope, nn.Module())
@@ -171,7 +178,10 @@ class ReferenceModule(nn.Module):
             self.step += 1
         env: dict[Value, object] = {}
         for op in self.ir.main.ops:
-            if op.name == "loss":
+            if op.name == "loss" or op in self._lin_skip:
+                continue
+            if op in self._lin_anchor:
+                env[op.result] = run_linear(self._lin_anchor[op], env)
                 continue
             if op in self._spmm:
                 a = self._spmm[op]

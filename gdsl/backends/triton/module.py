@@ -29,6 +29,7 @@ import dataclasses
 import torch
 
 from gdsl.backends.reference.executor import ReferenceModule
+from gdsl.backends.reference.linear import drop_fusions, run_linear
 from gdsl.backends.triton import default_device
 from gdsl.graph.graph import Graph
 from gdsl.ir.core import Module, Op
@@ -111,6 +112,7 @@ class TritonModule(ReferenceModule):
         self._spmm = {}  # the kernels replace the reference's torch.sparse path
         self._kernels = {op: kernel_signature(op) for op in module.main.ops}
         self._fused, self._skip = plan_fusion(module) if fuse else ({}, set())
+        drop_fusions(self._fused, self._skip, self._lin_anchor, self._lin_skip)
         self._consts = {op: (t.to(self.device) if isinstance(t, torch.Tensor) else t)
                         for op, t in self._consts.items()}
         self._moved: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
@@ -158,7 +160,10 @@ class TritonModule(ReferenceModule):
             self.step += 1   # the reference's dropout seeds count training steps
         env: dict = {}
         for op in self.ir.main.ops:
-            if op.name == "loss" or op in self._skip:
+            if op.name == "loss" or op in self._skip or op in self._lin_skip:
+                continue
+            if op in self._lin_anchor:
+                env[op.result] = run_linear(self._lin_anchor[op], env)
                 continue
             spec = self._fused.get(op)
             if spec is None:

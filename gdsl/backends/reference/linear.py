@@ -1,0 +1,164 @@
+"""A linear aggregation and its `@ W`, run in the order the order pass chose
+for the forward **and** the backward (RDM §III-B/C, Table III, Fig. 3-4).
+
+Autograd alone always gives the same backward for a forward order: after a
+sparse-first forward (T = A X, Y = T W) it keeps T and runs dX = A^T (G W^T),
+dW = T^T G (dense-first backward, T memoised); after a dense-first forward
+(U = X W, Y = A U) it runs G' = A^T G, dX = G' W^T, dW = X^T G' (sparse-first
+backward). The order pass may choose another backward (a hint, or the cost
+model); such a group runs as one autograd Function, `OrderedLinear`, whose
+backward does what was chosen:
+
+  backward sparse_first   G' = A^T G (width f_out); dX = G' W^T; dW = X^T G'
+  backward dense_first    dX = A^T (G W^T) (width f_in);
+                          dW = T^T G with T memoised, otherwise one more SpMM
+                          of width min(f_in, f_out): T = A X again, or
+                          dW = X^T (A^T G)
+
+`A` here includes the group's vertex scale c (mean's 1/deg): A X = c * (S X),
+A^T G = S^T (c * G). The SpMMs come from the backend (`LinearRunner`): the
+module's own aggregation for A and the same aggregation towards the sources
+(`to = src`) for A^T, so every backend and every distributed plan supplies
+its own kernels and collectives. A gradient nobody asks for (the input
+features') is not computed.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from gdsl.diagnostics import GdslError
+from gdsl.ir.core import Op, Value
+from gdsl.passes.order import LinearGroup
+
+
+class LinearRunner:
+    """The group's two SpMMs on a backend module (a ReferenceModule or subclass)."""
+
+    def __init__(self, module, group: LinearGroup) -> None:
+        self.m, self.g = module, group
+        agg = group.agg
+        # A^T: the same aggregation over outgoing edges (a fresh result value)
+        self.agg_t = Op("aggregate", list(agg.operands), Value(agg.result.type, agg.result.hint),
+                        {**agg.attrs, "to": "src" if agg.attrs["to"] == "dst" else "dst", "adjoint": True},
+                        agg.span)
+        self.spmm_widths: list[int] = []   # every SpMM's dense width, for tests and reports
+
+    def _operands(self) -> list:
+        m, agg = self.m, self.g.agg
+        return [m.run_op(v.owner, [], None) for v in agg.operands[1:]]
+
+    def _scale(self) -> torch.Tensor | None:
+        s = self.g.scale
+        if s is None:
+            return None
+        c = self.m.run_op(s.operands[1].owner, [], None)
+        return c.reshape((-1, 1))
+
+    def apply(self, h: torch.Tensor, transpose: bool) -> torch.Tensor:
+        """A h (or A^T h) for h of shape [rows, width]."""
+        m, agg = self.m, self.g.agg
+        self.spmm_widths.append(int(h.shape[1]))
+        c = self._scale()
+        if transpose and c is not None:
+            h = h * c
+        cache = getattr(m, "_ext_cache", None)   # a distributed module caches fetched rows per value
+        if cache is not None:
+            cache.pop(agg.operands[0], None)
+        spmm = m.linear_spmm(agg)
+        if spmm is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")   # torch's beta-state notice for sparse CSR
+                out = torch.sparse.mm(spmm.t() if transpose else spmm, h)
+        else:
+            out = m.run_op(self.agg_t if transpose else agg, [h, *self._operands()], None)
+        if cache is not None:
+            cache.pop(agg.operands[0], None)
+        if not transpose and c is not None:
+            out = out * c
+        return out
+
+
+class OrderedLinear(torch.autograd.Function):
+    """Y = A X W with the group's forward and backward orders (module docstring)."""
+
+    @staticmethod
+    def forward(ctx, x, w, runner: LinearRunner):
+        g = runner.g
+        n, din = x.shape[0], w.shape[0]
+        w2 = w.reshape(din, -1)
+        t = None
+        if g.fwd == "sparse_first":
+            t = runner.apply(x.reshape(n, din), False)
+            y = t @ w2
+        else:
+            y = runner.apply(x.reshape(n, din) @ w2, False)
+        ctx.runner = runner
+        ctx.save_for_backward(x, w, t if (g.memo and t is not None) else None)
+        return y.reshape((y.shape[0],) + tuple(w.shape[1:]))
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, w, t = ctx.saved_tensors
+        runner = ctx.runner
+        g = runner.g
+        n, din = x.shape[0], w.shape[0]
+        x2, w2 = x.reshape(n, din), w.reshape(din, -1)
+        g2 = grad.reshape(grad.shape[0], -1)
+        need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        dx = dw = None
+        if g.bwd == "sparse_first":
+            s = runner.apply(g2, True)
+            dx = s @ w2.t() if need_x else None
+            dw = x2.t() @ s if need_w else None
+        else:
+            if need_x:
+                dx = runner.apply(g2 @ w2.t(), True)
+            if need_w:
+                if t is not None:
+                    dw = t.t() @ g2
+                elif din <= w2.shape[1]:
+                    dw = runner.apply(x2, False).t() @ g2
+                else:
+                    dw = x2.t() @ runner.apply(g2, True)
+        return (None if dx is None else dx.reshape(x.shape)), (None if dw is None else dw.reshape(w.shape)), None
+
+
+def plan_linear(module, ir) -> tuple[dict[Op, LinearRunner], set[Op]]:
+    """({anchor op: runner}, {ops the anchor computes}) for the groups whose
+    chosen backward is not autograd's own (passes/order.py `linear_groups`)."""
+    from gdsl.passes.order import linear_groups
+
+    anchors: dict[Op, LinearRunner] = {}
+    skip: set[Op] = set()
+    for g in linear_groups(ir):
+        if g.natural:
+            continue
+        if len(g.x.type.shape) != 1:
+            raise GdslError(f"{g.agg.span}: backward order {g.bwd} is implemented for a [din] input; "
+                            f"this aggregation's input is {list(g.x.type.shape)}")
+        anchors[g.ops[-1]] = LinearRunner(module, g)
+        skip.update(g.ops[:-1])
+    return anchors, skip
+
+
+def run_linear(runner: LinearRunner, env: dict) -> torch.Tensor:
+    g = runner.g
+    return OrderedLinear.apply(env[g.x], env[g.w], runner)
+
+
+def drop_fusions(fused: dict, skip: set, anchors: dict, inside: set) -> None:
+    """Remove a backend's fused op groups (anchor -> spec tuple listing its ops)
+    that share an op with a linear group: the linear group runs those ops."""
+    taken = set(anchors) | set(inside)
+    for anchor, spec in list(fused.items()):
+        ops = {anchor}
+        for item in spec:
+            if isinstance(item, Op):
+                ops.add(item)
+            elif isinstance(item, (list, tuple)):
+                ops.update(o for o in item if isinstance(o, Op))
+        if ops & taken:
+            del fused[anchor]
+            skip.difference_update(ops)

@@ -1,0 +1,165 @@
+"""The order pass decides the backward too (RDM §III-C, Table III-IV): every
+one of the 16 order configurations of a 2-layer GCN, memoised or not, runs
+exactly (same outputs and gradients) and runs the SpMMs the cost model
+counts for it (`gdsl/cost/rdm.py`: RDM Table IV's sparse-ops column)."""
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+os.environ.setdefault("TRITON_INTERPRET", "1")   # as tests/test_triton_backend.py: before triton is imported
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+import gdsl  # noqa: E402
+from filecheck_runner import run_gdsl  # noqa: E402
+from gdsl.cost.rdm import config_units, configurations  # noqa: E402
+from helpers import random_graph  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+GCN = (ROOT / "programs" / "gcn.gd").read_text()
+SAGE = (ROOT / "programs" / "sage.gd").read_text()
+NAME = {"S": "sparse_first", "D": "dense_first"}
+
+
+class SpmmWidths(TorchDispatchMode):
+    """The dense width of every sparse x dense product torch runs."""
+
+    def __init__(self):
+        super().__init__()
+        self.widths: list[int] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        ts = [a for a in args if isinstance(a, torch.Tensor)]
+        if "mm" in func.__name__ and any(a.layout != torch.strided for a in ts):
+            self.widths.append(int([a for a in ts if a.layout == torch.strided][-1].shape[-1]))
+        return func(*args, **(kwargs or {}))
+
+
+def _hints(cfg) -> str:
+    lines = []
+    for layer in (1, 2):
+        f, b = cfg.fwd_of(layer), cfg.bwd_of(layer)
+        opt = f"backward = {NAME[b]}"
+        if f == "S" and b == "D":
+            opt += f", memoize = {str(cfg.memoize_of(layer)).lower()}"
+        lines.append(f"    order GCNConv#{layer} = {NAME[f]}({opt})")
+    return "\nschedule {\n" + "\n".join(lines) + "\n}\n"
+
+
+def _run(src: str, g, backend="reference", **kw):
+    prog = gdsl.compile(src, **kw)
+    torch.manual_seed(0)
+    model = prog.module(g, backend=backend)
+    model.eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with SpmmWidths() as count:
+            out = model()
+            w = torch.randn_like(out, generator=torch.Generator().manual_seed(1))
+            grads = torch.autograd.grad((out * w).sum(), list(model.parameters()))
+    _run.model = model
+    return prog, out, grads, count.widths
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return random_graph(n=40, e=200, f=12, c=3, seed=2)
+
+
+@pytest.fixture(scope="module")
+def base(graph):
+    return _run(GCN, graph, hidden=7)
+
+
+@pytest.mark.parametrize("memo", [True, False], ids=["memoised", "recomputed"])
+@pytest.mark.parametrize("cid", range(16))
+def test_each_rdm_configuration_is_exact_and_runs_the_counted_spmms(graph, base, cid, memo):
+    cfg = configurations(2, memoize=(memo,))[cid]
+    prog, out, grads, widths = _run(GCN + _hints(cfg), graph, hidden=7)
+    ir = prog.bind(graph).module
+    aggs = [op for op in ir.main.ops if op.name == "aggregate"]
+    assert [(a.attrs["order"], a.attrs["order_grad"]) for a in aggs] == \
+        [(NAME[cfg.fwd_of(i)], NAME[cfg.bwd_of(i)]) for i in (1, 2)]
+    torch.testing.assert_close(out, base[1], rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads, base[2]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    # widths f_in = 12, f_h = 7, f_out = 3; the input features need no gradient
+    _, sparse = config_units((12, 7, 3), cfg, input_grad=False)
+    assert sum(widths) == sparse, (cfg, widths)
+
+
+def test_auto_picks_the_least_sparse_work(graph):
+    ir = gdsl.compile(GCN).bind(graph).module     # 12 -> 16 -> 3
+    a1, a2 = [op for op in ir.main.ops if op.name == "aggregate"]
+    # layer 1 widens: sparse-first, then T = A X kept, dW = T^T G needs no SpMM
+    assert (a1.attrs["order"], a1.attrs["order_grad"], a1.attrs["order_memo"]) == ("sparse_first", "dense_first", True)
+    # layer 2 shrinks: dense-first, then G' = A^T G at width 3
+    assert (a2.attrs["order"], a2.attrs["order_grad"], a2.attrs["order_memo"]) == ("dense_first", "sparse_first", False)
+    assert a1.attrs["order_grad_by"] == a2.attrs["order_grad_by"] == "cost"
+    # equal widths (SAGE's 256 -> 256): the same sparse work either way, so
+    # autograd's own order (T kept)
+    sage = gdsl.compile(SAGE).bind(graph).module
+    mid = [op for op in sage.main.ops if op.name == "aggregate"][1]
+    assert (mid.attrs["order"], mid.attrs["order_grad"], mid.attrs["order_memo"]) == ("sparse_first", "dense_first", True)
+
+
+def test_sage_with_a_sparse_first_backward_is_exact(graph):
+    """SAGE's middle layer (mean: the 1/deg scale inside the group) with a
+    sparse-first backward after a sparse-first forward, against autograd's order."""
+    forced = SAGE + "\nschedule {\n    order SAGEConv#2 = sparse_first(backward = sparse_first)\n}\n"
+    _, out, grads, _ = _run(SAGE, graph, hidden=8)
+    _, out2, grads2, _ = _run(forced, graph, hidden=8)
+    assert len(_run.model._lin_anchor) == 1
+    torch.testing.assert_close(out, out2)
+    for a, b in zip(grads, grads2):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["numba", "triton"])
+def test_backends_follow_the_chosen_backward(graph, base, backend):
+    if backend == "triton":
+        pytest.importorskip("triton")
+        from gdsl.backends.triton import interpret_mode
+        if not (interpret_mode() or torch.cuda.is_available()):
+            pytest.skip("TRITON_INTERPRET=0 and no CUDA GPU")
+    else:
+        pytest.importorskip("numba")
+    cfg = configurations(2, memoize=(False,))[9]   # layer 1 S/S, layer 2 D/D (forward/backward)
+    _, out, grads, _ = _run(GCN + _hints(cfg), graph, backend=backend, hidden=7)
+    # neither is autograd's own order: both ran as linear.py's Function on the
+    # backend's aggregation. Layer 1: A X (12 wide), then A^T G (7), no dX;
+    # layer 2: A (H W) (3), then dX = A^T (G W^T) (7), dW = H^T (A^T G) (3)
+    runners = list(_run.model._lin_anchor.values())
+    assert [r.spmm_widths for r in runners] == [[12, 7], [3, 7, 3]]
+    torch.testing.assert_close(out, base[1], rtol=1e-4, atol=1e-5)
+    for a, b in zip(grads, base[2]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("hint,col,msg", [
+    ("dense_first(memoize = true)", 23, "memoize = true cannot hold: a dense-first forward never computes A X"),
+    ("sparse_first(backward = sparse_first, memoize = true)", 23,
+     "memoize = true cannot hold: a sparse-first backward does not read A X"),
+    ("sparse_first(backward = up)", 47, "bad backward hint 'up' (expected one of sparse_first, dense_first)"),
+    ("sparse_first(memo = true)", 36, "unknown order option 'memo' (expected backward, memoize)"),
+])
+def test_bad_backward_hints_are_located_errors(tmp_path, hint, col, msg):
+    p = tmp_path / "h.gd"
+    p.write_text(GCN + f"\nschedule {{\n    order GCNConv#1 = {hint}\n}}\n")
+    line = GCN.count("\n") + 3
+    code, out, err = run_gdsl(["compile", str(p)])
+    assert code == 1
+    assert f"h.gd:{line}:{col}: error: {msg}" in err, err
+
+
+def test_a_backward_hint_needs_a_linear_aggregation(tmp_path):
+    """Reordering the backward reassociates A X W too: max is refused."""
+    src = GCN.replace("gather    a = sum(m)", "gather    a = max(m)")
+    p = tmp_path / "m.gd"
+    p.write_text(src + "\nschedule {\n    order GCNConv#1 = sparse_first(backward = sparse_first)\n}\n")
+    code, out, err = run_gdsl(["compile", str(p)])
+    assert code == 1 and "cannot hold for GCNConv#1: its aggregation is not linear" in err, err
