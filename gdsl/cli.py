@@ -313,8 +313,6 @@ def cmd_run(args, parser) -> int:
     graph = load_graph(data, split=args.split)
     from gdsl.dist.launch import under_launcher
     if args.np_ is not None or under_launcher():
-        if args.backend not in (None, "reference"):
-            parser.error("--np runs the distributed executor (torch ops per rank); --backend does not apply")
         from gdsl.dist.cli_run import run_distributed
         return run_distributed(args, prog, graph, data)
     for flag in ("parts", "report", "checkpoint", "resume", "partition", "delay"):
