@@ -35,12 +35,14 @@ GCN, SAGE, GAT = (str(ROOT / "programs" / f"{p}.gd") for p in ("gcn", "sage", "g
 # every exact plan; (plan, halo); rows_replicated(2) needs c^2 | P
 EXACT = [("rows(hash)", "alltoallv"), ("rows(hash)", "bcast"), ("rows(random)", "alltoallv"),
          ("rows(metis)", "alltoallv"), ("rows_replicated(2)", "alltoallv"), ("redistribute", "alltoallv"),
+         ("redistribute(1)", "alltoallv"), ("redistribute(2)", "alltoallv"),
          ("features", "alltoallv"), ("vertex_cut", "alltoallv"), ("replicate", "alltoallv")]
 GAT_PLANS = [("rows(hash)", "alltoallv"), ("rows(hash)", "bcast"), ("replicate", "alltoallv"), ("features", "alltoallv")]
 
 
 def _plans(P, plans):
-    return [(p, h) for p, h in plans if not (p.startswith("rows_replicated") and P % 4)]
+    # rows_replicated(2) needs c^2 | P; redistribute(2) (R_A = 2 replicas of A) is R_A = P at P = 2
+    return [(p, h) for p, h in plans if not ((p.startswith("rows_replicated") or p == "redistribute(2)") and P % 4)]
 
 
 def _cfg(prog, data, plan, halo="alltoallv"):

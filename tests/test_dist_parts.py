@@ -97,10 +97,33 @@ def test_part_files_round_trip_and_are_checked(tmp_path):
 @pytest.mark.parametrize("bad,msg", [("rows(foo)", "expected hash, random, block or metis"),
                                      ("grid2d", "unknown partition"),
                                      ("rows_replicated(x)", "must be an integer"),
-                                     ("redistribute(2)", "only R_A = P")])
+                                     ("redistribute(x)", "R_A, must be an integer"),
+                                     ("redistribute(0)", "R_A must be at least 1")])
 def test_bad_specs_are_refused(bad, msg):
     with pytest.raises(GdslError, match=msg):
         parse_spec(bad)
+
+
+@settings(max_examples=25, deadline=None)
+@given(graphs(), st.sampled_from([(2, 1), (4, 1), (4, 2), (6, 3), (6, 2)]))
+def test_rdm_row_panels_hold_each_edge_once_per_replica(g, pr):
+    """RDM §III-E: R_A replicas of A, each cut into P/R_A row panels held by
+    the R_A ranks of a grid row: every in-edge of a panel's rows is on each
+    of those ranks, and nowhere else."""
+    P, R_A = pr
+    parts = build_parts(parse_spec(f"redistribute({R_A})"), g, P)
+    edges = _edges(g)
+    for i in range(P // R_A):
+        row = parts[i * R_A:(i + 1) * R_A]
+        lo, hi = (int(v) for v in row[0].extra["panel"])
+        want = sorted((s, d) for s, d in edges if lo <= d < hi)
+        for p in row:
+            assert np.array_equal(p.extra["panel"], [lo, hi])
+            got = sorted(zip(p.extra["full_src"].tolist(), (p.extra["full_dst"] + lo).tolist()))
+            assert got == want
+    assert sum(p.extra["full_src"].size for p in parts) == R_A * g.num_edges
+    with pytest.raises(GdslError, match="must divide"):
+        build_parts(parse_spec(f"redistribute({P + 1})"), g, P)
 
 
 def test_delay_only_for_vertex_cut():

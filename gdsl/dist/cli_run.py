@@ -23,7 +23,7 @@ def _from_candidate(cand, P: int, approximate: bool) -> str | None:
         return f"rows_replicated({int(params['c'])})"
     if name == "redistribute":
         ra = params.get("R_A")
-        return "redistribute" if ra is None or int(ra) == P else None
+        return "redistribute" if ra is None or int(ra) == P else f"redistribute({int(ra)})"
     if name == "vertex_cut":
         return "vertex_cut" if params.get("delay", 0) in (0, "0") or approximate else None
     if name in ("features", "replicate"):

@@ -256,6 +256,21 @@ class PullRows(torch.autograd.Function):
         return ctx.comm.allgatherv(g.contiguous(), ctx.rows, ctx.label + " bwd"), None, None, None
 
 
+class GatherRows(torch.autograd.Function):
+    """Every rank's row block concatenated in rank order (allgatherv); the
+    backward sums each block's gradient back onto its rank (reduce-scatter).
+    RDM §III-E's broadcast of an SpMM input within a column group."""
+
+    @staticmethod
+    def forward(ctx, x, comm: Comm, rows: np.ndarray, label: str):
+        ctx.comm, ctx.rows, ctx.label = comm, rows, label
+        return comm.allgatherv(x.detach().contiguous(), rows, label + " fwd")
+
+    @staticmethod
+    def backward(ctx, g):
+        return ctx.comm.reduce_scatter(g.contiguous(), ctx.rows, ctx.label + " bwd"), None, None, None
+
+
 class Redistribute(torch.autograd.Function):
     """RDM §III: between row slicing (block rows, all columns) and column
     slicing (all rows, a slice of the columns) with one all-to-all; backward

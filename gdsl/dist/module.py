@@ -86,7 +86,8 @@ class DistModule(ReferenceModule):
         if "full_src" in part.extra:
             ex = part.extra
             edata = {k[len("full_edata."):]: v for k, v in ex.items() if k.startswith("full_edata.")}
-            self.full = _view(np.arange(part.num_nodes), ex["full_src"], ex["full_dst"], ex["full_in_degree"],
+            rows = np.arange(*(int(v) for v in ex["panel"])) if "panel" in ex else np.arange(part.num_nodes)
+            self.full = _view(rows, ex["full_src"], ex["full_dst"], ex["full_in_degree"],
                               ex["full_out_degree"], edata, self.graph)
         self.src_index, self.dst_index = self.gd.src, self.gd.dst
         self.row_gid = torch.from_numpy(part.owned_rows)
@@ -117,6 +118,16 @@ class DistModule(ReferenceModule):
             self.stages = [(int(q), int(starts[q + 1] - starts[q])) for q in part.extra["stage_blocks"]]
         if strategy == "vertex_cut":
             self._tree = fn.SplitCombine(comm, part.send_idx, part.recv_idx)
+        if strategy == "redistribute":
+            # RDM §III-E: grid row i = ranks i R_A .. i R_A + R_A - 1 (row panel i of A),
+            # grid column j = the ranks holding column slice j of every panel
+            R_A = P if self.spec.arg is None else int(self.spec.arg)
+            i, j = divmod(comm.rank, R_A)
+            self.rdm_replicas = R_A
+            self.rdm_row = comm.split(i, j) if R_A < P else comm
+            self.rdm_col = comm.split(j, i) if R_A < P else None
+            self.rdm_row_rows = self.block_rows[i * R_A:(i + 1) * R_A]
+            self.rdm_panel_rows = self.block_rows.reshape(-1, R_A).sum(1)
         if strategy == "features":
             self._mark_feature_region(module)
         self._plan_fast_spmm(module)
@@ -260,7 +271,7 @@ class DistModule(ReferenceModule):
             gd = self._gd_for(op)
             w = None if op.attrs["msg"] == "copy_src" else self._const(op.operands[1].owner, gd)
             vals = torch.ones(gd.src.numel()) if w is None else w.to(torch.float32)
-            n_cols = gd.num_nodes if gd is self.full else self.part.n_local
+            n_cols = self.part.num_nodes if gd is self.full else self.part.n_local
             if self.spec.strategy == "rows_replicated":
                 n_cols = self.part.n_local
             with warnings.catch_warnings():
@@ -281,6 +292,10 @@ class DistModule(ReferenceModule):
             if any(op.result in self.cols_region for op in g.ops):
                 raise GdslError(f"{where}: backward = {g.bwd} with memoize = {str(g.memo).lower()} is not implemented "
                                 "in P3's model-parallel first layer (partition = features)")
+            if self.spec.strategy == "redistribute" and self.rdm_replicas < self.comm.size:
+                raise GdslError(f"{where}: backward = {g.bwd} with memoize = {str(g.memo).lower()} is not implemented "
+                                f"for redistribute({self.rdm_replicas}) (R_A < P), which runs autograd's own backward "
+                                "order (drop the order hint's backward/memoize options)")
             if self.spec.strategy == "rows_replicated":
                 raise GdslError(f"{where}: backward = {g.bwd} with memoize = {str(g.memo).lower()} is not implemented "
                                 "for rows_replicated (1.5D) plans, which run autograd's own backward order (drop the "
@@ -398,10 +413,17 @@ class DistModule(ReferenceModule):
         if self.spec.strategy == "redistribute" and n == "aggregate":
             h = vals[0]
             flat = h.reshape(h.shape[0], -1)
-            cols = feature_slices(int(flat.shape[1]), self.comm.size)   # the tensor's width (linear.py
-            # also passes gradients and recomputations through this op)
+            # column slices of the tensor's width (linear.py also passes gradients and
+            # recomputations through this op), one per replica of A's row panel
+            cols = feature_slices(int(flat.shape[1]), self.rdm_replicas)
             label = f"{self._vn(op.result)} aggregate"
-            hc = fn.Redistribute.apply(flat, self.comm, self.block_rows, cols, True, label + " rows->cols")
+            hc = flat if self.rdm_row.size == 1 else \
+                fn.Redistribute.apply(flat, self.rdm_row, self.rdm_row_rows, cols, True, label + " rows->cols")
+            if self.rdm_col is not None:
+                # R_A < P: the SpMM on panel i needs this column slice of every panel
+                # (RDM §III-E: the input broadcast within the column group); backward:
+                # the gradients summed back onto their panel (reduce-scatter)
+                hc = fn.GatherRows.apply(hc, self.rdm_col, self.rdm_panel_rows, label + " bcast(col)")
             if op in self._spmm:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -414,7 +436,9 @@ class DistModule(ReferenceModule):
                 finally:
                     self._swap(sub)
                     self._plain_gather = False
-            back = fn.Redistribute.apply(out.contiguous(), self.comm, self.block_rows, cols, False, label + " cols->rows")
+            back = out if self.rdm_row.size == 1 else \
+                fn.Redistribute.apply(out.contiguous(), self.rdm_row, self.rdm_row_rows, cols, False,
+                                      label + " cols->rows")
             return back.reshape((back.shape[0],) + tuple(h.shape[1:]))
         if n == "matmul":
             lo, hi = self.feature_cols

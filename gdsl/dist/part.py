@@ -19,7 +19,8 @@ Strategies (the schedule's `partition` values, see LANGUAGE.md):
   rows_replicated(c)   1.5D on a (P/c) x c grid (CAGNET §IV-B, Algorithm 2)
   vertex_cut           Libra edge partition, split vertices (DistGNN §5.1-5.3)
   features             P3: layer 1 on feature slices of all vertices, then 1D rows (P3 §3.1-3.2)
-  redistribute         RDM with R_A = P: A on every rank, all-to-all between
+  redistribute(R_A)    RDM (R_A = P without an argument: A on every rank; fewer
+                       replicas: row panels of A, §III-E), all-to-all between
                        row and column slicing (RDM §III)
 """
 from __future__ import annotations
@@ -95,8 +96,13 @@ def parse_spec(text: str, *, delay=0, halo: str = "alltoallv", seed: int = 0) ->
     elif name == "redistribute":
         arg = None if arg in (None, "P") else arg
         if arg is not None:
-            raise GdslError("redistribute: only R_A = P (A replicated on every rank) is executed; "
-                            "write `redistribute` without an argument")
+            try:
+                arg = int(arg)
+            except ValueError:
+                raise GdslError(f"redistribute({arg}): the number of replicas of A, R_A, must be an integer "
+                                "(or P)") from None
+            if arg < 1:
+                raise GdslError(f"redistribute({arg}): R_A must be at least 1")
     elif arg is not None:
         raise GdslError(f"partition '{name}' takes no argument")
     if delay not in (0, "none") and not (isinstance(delay, int) and delay > 0):
@@ -335,7 +341,28 @@ def _features(spec: Spec, g: Graph, P: int) -> list[RankPart]:
 
 
 def _redistribute(spec: Spec, g: Graph, P: int) -> list[RankPart]:
-    return _block_rows_with_full_graph(spec, g, P, cols=False)
+    """RDM §III-E, Fig. 6: the P ranks form a P/R_A x R_A grid; grid row i
+    (ranks i R_A .. i R_A + R_A - 1, consecutive row blocks) holds row panel i
+    of A, i.e. the in-edges of its rows: R_A replicas of A in all. R_A = P
+    (no argument) keeps all of A on every rank."""
+    R_A = P if spec.arg is None else int(spec.arg)
+    if R_A > P or P % R_A:
+        raise GdslError(f"redistribute({R_A}): R_A must divide the number of ranks P = {P}")
+    parts = _block_rows_with_full_graph(spec, g, P, cols=False)
+    if R_A == P:
+        return parts
+    starts = np.concatenate([[0], np.cumsum([pr.n_own for pr in parts])]).astype(np.int64)
+    for pr in parts:
+        i = pr.rank // R_A
+        lo, hi = int(starts[i * R_A]), int(starts[(i + 1) * R_A])
+        ex = pr.extra
+        keep = (ex["full_dst"] >= lo) & (ex["full_dst"] < hi)
+        ex["full_src"] = ex["full_src"][keep]
+        ex["full_dst"] = ex["full_dst"][keep] - lo   # rows of the panel
+        for k in [k for k in ex if k.startswith("full_edata.")]:
+            ex[k] = ex[k][keep]
+        ex["panel"] = np.array([lo, hi], np.int64)
+    return parts
 
 
 # ---------------------------------------------------------------- files
