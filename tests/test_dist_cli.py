@@ -241,3 +241,48 @@ def test_triton_kernels_on_ranks_under_the_interpreter(tmp_path):
              env={"TRITON_INTERPRET": "0"})
     assert r.returncode != 0 and "Traceback" not in r.stderr
     assert "TRITON_INTERPRET=1" in r.stderr
+
+
+MAXMIN_SRC = """
+graph G
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train, val, test
+
+layer MaxOut[dout](h: [din]) -> [dout] {
+    param Wa : f32[din, dout] = glorot
+    param Wb : f32[din, dout] = glorot
+    scatter m = src.h
+    gather  mx = max(m)
+    gather  mn = min(m, to = src)
+    transform t = mx @ Wa + mn @ Wb
+    apply out = tanh(t)
+    return out
+}
+
+model M[hidden = 16] {
+    return MaxOut[C](MaxOut[hidden](X))
+}
+
+train cora {
+    model = M
+    loss = cross_entropy(Y, mask = train)
+    optimizer = adam(lr = 0.01)
+    epochs = 3
+    eval = accuracy(mask = test)
+}
+"""
+
+
+def test_max_and_min_over_outgoing_edges_on_1d_ranks(tmp_path):
+    """A min over outgoing edges (to = src) on a 1D plan: the halo rows'
+    partial minima go to their owners (all-to-all-v), gradient back."""
+    prog = tmp_path / "maxmin.gd"
+    prog.write_text(MAXMIN_SRC)
+    r = gdsl("run", str(prog), "--backend", "reference", "--json", str(tmp_path / "one.json"))
+    assert r.returncode == 0, r.stderr
+    want = [e["loss"] for e in json.loads((tmp_path / "one.json").read_text())["epochs"]]
+    r = gdsl("run", str(prog), "--np", "2", "--partition", "rows(hash)", "--json", str(tmp_path / "np.json"))
+    assert r.returncode == 0, r.stderr
+    got = [e["loss"] for e in json.loads((tmp_path / "np.json").read_text())["epochs"]]
+    assert got == pytest.approx(want, rel=1e-4)

@@ -26,6 +26,7 @@ import time
 import numpy as np
 import torch
 
+from gdsl.diagnostics import GdslError
 from gdsl.dist.comm import Comm
 
 
@@ -70,6 +71,18 @@ class HaloExchange:
         """[n_local] partial sums -> [n_own]: halo rows added at their owners."""
         return _Reduce.apply(partial, self, label)
 
+    def reduce_extremum(self, partial: torch.Tensor, label: str, reduce: str) -> torch.Tensor:
+        """[n_local] partial maxima (minima) -> [n_own]: the halo rows' partials
+        sent to their owners (all-to-all-v) and combined there. Rows with no
+        local edge must hold -inf (+inf). The gradient reaches the winners
+        (torch's scatter_reduce rule) and goes back to the halo rows' ranks."""
+        if self.mode == "bcast":
+            raise GdslError(f"{label}: {reduce} over outgoing edges (to = src) is implemented for --halo alltoallv")
+        own = partial.index_select(0, self.own_pos)
+        back = _ToOwners.apply(partial, self, label)
+        idx = self.send_all.reshape((-1,) + (1,) * (partial.dim() - 1)).expand_as(back)
+        return own.scatter_reduce(0, idx, back, "amax" if reduce == "max" else "amin", include_self=True)
+
     # forward/backward bodies
     def _fetch(self, x: torch.Tensor, label: str) -> torch.Tensor:
         if self.mode == "bcast":
@@ -99,6 +112,26 @@ class _Fetch(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         return ctx.ex._return(g.contiguous(), ctx.label + " bwd"), None, None
+
+
+class _ToOwners(torch.autograd.Function):
+    """The halo rows of a local-space tensor, sent to their owners (one row
+    per (owner row, reader) pair, in send_all order); backward: their
+    gradients returned to the halo rows (zero elsewhere)."""
+
+    @staticmethod
+    def forward(ctx, partial, ex: HaloExchange, label: str):
+        ctx.ex, ctx.label, ctx.shape = ex, label, partial.shape
+        halo = partial.detach().index_select(0, ex.recv_pos).contiguous()
+        return ex.comm.alltoallv(halo, ex.recv_counts, ex.send_counts, label + " fwd")
+
+    @staticmethod
+    def backward(ctx, g):
+        ex = ctx.ex
+        halo = ex.comm.alltoallv(g.contiguous(), ex.send_counts, ex.recv_counts, ctx.label + " bwd")
+        out = g.new_zeros(ctx.shape)
+        out.index_copy_(0, ex.recv_pos, halo)
+        return out, None, None
 
 
 class _Reduce(torch.autograd.Function):

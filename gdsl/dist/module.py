@@ -518,9 +518,8 @@ class DistModule(ReferenceModule):
         if s in ("rows", "features", "redistribute"):
             if to == "dst":
                 return partial
-            if reduce != "sum":
-                raise GdslError(f"{label}: {reduce} over outgoing edges (to = src) needs partial {reduce}s at "
-                                "the owners; only sum and mean are implemented for 1D plans")
+            if reduce in ("max", "min"):
+                return self._halo.reduce_extremum(partial, label + " (to src)", reduce)
             return self._halo.reduce(partial, label + " (to src)")
         if s == "rows_replicated":
             if reduce == "sum":
