@@ -139,8 +139,9 @@ def cmd_passes(args) -> int:
     return 0
 
 
-def _data_dims(source: str, args) -> tuple[dict[str, int], int]:
-    """Dims bound from `--data`, and E as the program sees it (after its graph options)."""
+def _data_dims(source: str, args, want_graph: bool = False):
+    """Dims bound from `--data`, and E as the program sees it (after its graph
+    options); with `want_graph`, also that graph (for measured partitions)."""
     from gdsl.compiler import front
     from gdsl.graph.io import load_graph
     from gdsl.runtime.binding import bind_dims
@@ -148,8 +149,10 @@ def _data_dims(source: str, args) -> tuple[dict[str, int], int]:
     _, checked = front(source, args.program, args.train)
     g = load_graph(args.data)
     opts = checked.graph_options
-    edges = g.with_options(self_loops=opts.get("self_loops", False), symmetric=opts.get("symmetric", False)).num_edges
-    return bind_dims(checked, g), edges
+    seen = g.with_options(self_loops=opts.get("self_loops", False), symmetric=opts.get("symmetric", False))
+    if want_graph:
+        return bind_dims(checked, g), seen.num_edges, seen
+    return bind_dims(checked, g), seen.num_edges
 
 
 def cmd_plan(args, parser) -> int:
@@ -161,8 +164,9 @@ def cmd_plan(args, parser) -> int:
         parser.error("--np must be at least 1")
     source = read_source(args.program)
     dims: dict[str, int] = {}
+    graph = None
     if args.data:
-        dims, dims["E"] = _data_dims(source, args)
+        dims, dims["E"], graph = _data_dims(source, args, want_graph=True)
     for kv in (args.dims or "").split(","):
         if kv.strip():
             k, sep, v = kv.partition("=")
@@ -176,7 +180,7 @@ def cmd_plan(args, parser) -> int:
     from gdsl.cost.profile import describe_profile, load_profile
     profile = load_profile(args.profile)
     try:
-        result = plan(lowered, {**dims, **row}, args.np_, mem, args.approximate, profile=profile)
+        result = plan(lowered, {**dims, **row}, args.np_, mem, args.approximate, profile=profile, graph=graph)
     except NoPlanFits as e:
         raise GdslError(str(e)) from None
     widths = ", ".join(str(w) for w in result.widths)
@@ -244,11 +248,11 @@ def cmd_compile(args, parser) -> int:
         if p not in names:
             parser.error(f"--print-ir-after: unknown pass '{p}' (passes: {', '.join(names)})")
     source = read_source(args.program)
-    dims, edges = None, None
+    dims, edges, graph = None, None, None
     if args.np_ is not None and (args.np_ < 1 or not args.data):
         parser.error("--np needs a positive P and --data (use `gdsl plan` for symbolic sizes)")
     if args.data:
-        dims, edges = _data_dims(source, args)
+        dims, edges, graph = _data_dims(source, args, want_graph=True)
     dump_dir = Path(args.dump_dir) if args.dump_dir else None
     if dump_dir:
         dump_dir.mkdir(parents=True, exist_ok=True)
@@ -276,7 +280,7 @@ def cmd_compile(args, parser) -> int:
     from gdsl.planning import parse_bytes
     compiled = compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser),
                               train=args.train, stop_after=stop, after_each=after_and_keep,
-                              ranks=args.np_, edges=edges,
+                              ranks=args.np_, edges=edges, graph=graph,
                               memory_per_rank=parse_bytes(args.mem_per_rank) if args.mem_per_rank else None)
     if dump_dir:
         (dump_dir / "00-ast.txt").write_text(dump(compiled.ast, args.print_loc))

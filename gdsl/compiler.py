@@ -52,7 +52,7 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
                    stop_after: str | None = None,
                    after_each: Callable[[str, Module], None] | None = None,
                    disable: tuple[str, ...] = (), ranks: int | None = None, edges: int | None = None,
-                   memory_per_rank: float | None = None) -> Compiled:
+                   memory_per_rank: float | None = None, graph=None) -> Compiled:
     """Run the whole front end and the pass pipeline (or stop after a pass);
     `disable` names optional passes to skip (e.g. `fuse`, to test it)."""
     prog, checked = front(source, file, train)
@@ -65,7 +65,8 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
     ctx = PassContext(dims=dict(dims or {}))
     if ranks is not None and stop_after != "lower":
         from gdsl.planning import plan
-        result = plan(module, {**(dims or {}), **({"E": edges} if edges else {})}, ranks, memory_per_rank)
+        result = plan(module, {**(dims or {}), **({"E": edges} if edges else {})}, ranks, memory_per_rank,
+                      graph=graph)
         if result.choice is not None:
             ctx.options["plan"] = result
     pm = PassManager(after_each=after_each)

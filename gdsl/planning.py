@@ -37,10 +37,40 @@ class Plan:
     profile: Profile | None = None   # the machine profile the choice was priced on
 
 
+def measure_partitions(src, dst, num_nodes: int, P: int, seed: int = 0) -> tuple[dict, dict]:
+    """The graph statistics the vertex_cut and edge_cut costs need, measured
+    on real partitions of this graph (issue: "a partition's replication
+    factor or halo count when computed"): Libra's replication factor rho
+    (DistGNN §5.1) and the largest METIS halo S per rank (the edge-cut
+    exchange waits for the slowest rank); METIS is skipped without pymetis.
+    Returns ({"rho": .., "halo": ..}, {name: how it was measured})."""
+    import numpy as np
+
+    from gdsl.graph import partition as gp
+    src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+    out, how = {}, {}
+    if P > 1 and src.size:
+        ep = gp.libra(src, dst, num_nodes, P, seed=seed)
+        verts, _ = gp.replicas(src, dst, ep, num_nodes, P)
+        out["rho"] = gp.replication_factor(verts, num_nodes)
+        how["rho"] = f"measured (Libra vertex cut of this graph at P={P})"
+        try:
+            owner = gp.edge_cut_metis(src, dst, num_nodes, P, seed=seed)
+            kind = "METIS edge cut"
+        except GdslError:
+            owner, kind = gp.rows_hash(num_nodes, P), "hash partition (pymetis not installed)"
+        out["halo"] = float(max(h.size for h in gp.halo(src, dst, owner, P)))
+        how["halo"] = f"measured (largest halo per rank, {kind} of this graph at P={P})"
+    return out, how
+
+
 def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float | None = None,
-         allow_approximate: bool = False, profile: Profile | None = None) -> Plan:
+         allow_approximate: bool = False, profile: Profile | None = None, graph=None) -> Plan:
     """The cost model's choice for P ranks, priced on `profile` (default:
-    load_profile(), i.e. the calibrated profile when there is one)."""
+    load_profile(), i.e. the calibrated profile when there is one). With
+    `graph` (edges as the program sees them: its graph options applied) the
+    replication factor and halo size are measured on real partitions
+    (`measure_partitions`) instead of estimated."""
     widths = layer_widths(lowered)
     numeric = all(sympy.sympify(w).is_number for w in widths) and "N" in dims and "E" in dims
     if not numeric:
@@ -48,8 +78,9 @@ def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float |
         return Plan(pb, None, widths)
     pb = Problem(N=dims["N"], E=dims["E"], P=P, widths=tuple(int(w) for w in widths))
     profile = load_profile() if profile is None else profile
-    return Plan(pb, choose(pb, memory_per_rank, allow_approximate=allow_approximate, profile=profile), widths,
-                profile)
+    stats, how = ({}, {}) if graph is None else measure_partitions(graph.src, graph.dst, graph.num_nodes, P)
+    return Plan(pb, choose(pb, memory_per_rank, allow_approximate=allow_approximate, profile=profile,
+                           measured=how, **stats), widths, profile)
 
 
 def parse_bytes(text: str) -> float:

@@ -49,3 +49,26 @@ def test_compile_np_records_the_choice_in_the_ir():
     assert f'strategy="{choice}"' in ir and "plan={P=4" in ir
     code, _, err = run_gdsl(["compile", GCN, "--np", "4"])
     assert code == 2 and "--np needs" in err
+
+
+def test_plan_with_data_measures_the_partitions():
+    """With the graph at hand the vertex-cut replication factor and the
+    edge-cut halo are measured on real partitions (Libra, METIS) of the graph
+    as the program sees it (gcn.gd: symmetric, self loops), not estimated."""
+    import gdsl
+    from gdsl.graph import partition as gp
+    from gdsl.planning import measure_partitions
+
+    code, out, err = run_gdsl(["plan", str(ROOT / "programs" / "gcn.gd"), "--data", "cora", "--np", "4"])
+    assert code == 0, err
+    g = gdsl.load_graph("cora").with_options(self_loops=True, symmetric=True)
+    src, dst = g.src.numpy(), g.dst.numpy()
+    stats, how = measure_partitions(src, dst, g.num_nodes, 4)
+    verts, _ = gp.replicas(src, dst, gp.libra(src, dst, g.num_nodes, 4), g.num_nodes, 4)
+    assert stats["rho"] == gp.replication_factor(verts, g.num_nodes)
+    owner = gp.edge_cut_metis(src, dst, g.num_nodes, 4)
+    assert stats["halo"] == max(h.size for h in gp.halo(src, dst, owner, 4))
+    assert 1.0 <= stats["rho"] < 2.0 and 0 < stats["halo"] < g.num_nodes / 4
+    assert f"vertex_cut(delay=cd-0, rho={stats['rho']:.4g})" in out
+    assert f"edge_cut(S={stats['halo']:.4g})" in out
+    assert "measured (Libra vertex cut" in out or "measured (largest halo per rank, METIS" in out

@@ -75,7 +75,8 @@ def _is_power(P: int, k: int) -> bool:
 
 def candidates(problem: Problem, *, profile: Profile = DEFAULT_PROFILE, memory_per_rank: float | None = None,
                strategies: Iterable[str] | None = None, rho: float | None = None, halo: float | None = None,
-               allow_approximate: bool = False, delay: int = 5, orders="narrow") -> list[Candidate]:
+               allow_approximate: bool = False, delay: int = 5, orders="narrow",
+               measured: dict | None = None) -> list[Candidate]:
     """Every candidate plan for numeric sizes, evaluated; fastest first."""
     pb = problem
     for k in ("N", "E", "F", "H", "C", "L", "P"):
@@ -90,6 +91,11 @@ def candidates(problem: Problem, *, profile: Profile = DEFAULT_PROFILE, memory_p
         raise ValueError(f"unknown strategies {sorted(unknown)}; known: {', '.join(ALL)}")
     notes: dict[str, tuple[str, ...]] = {}
     rho_note = halo_note = ()
+    measured = measured or {}
+    if rho is not None and "rho" in measured:
+        rho_note = (f"rho={rho:.3g} {measured['rho']}",)
+    if halo is not None and "halo" in measured:
+        halo_note = (f"S={halo:.4g} {measured['halo']}",)
     if rho is None:
         rho = random_replication(pb.N, pb.E, P)
         rho_note = (f"rho={rho:.3g} estimated (random edge placement; a measured Libra partition is lower)",)

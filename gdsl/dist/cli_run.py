@@ -53,7 +53,7 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
             lowered = compile_source(prog.source, prog.file, dims=dims, overrides=prog.overrides,
                                      train=prog.train_name, stop_after="lower").module
             pl = plan(lowered, dims, P, parse_bytes(mem_per_rank) if mem_per_rank else None,
-                      allow_approximate=delay != 0)
+                      allow_approximate=delay != 0, graph=g)
             for cand in pl.choice.candidates:
                 if not cand.fits:
                     continue
