@@ -20,7 +20,14 @@ interleaved (A, B, A, B, ...), median wall and CPU time per call:
   share bounds what fusing it into the aggregation's epilogue could save;
 - gemm: GCN's sparse-first first layer, aggregation then @ W (128 x 128):
   the kernel plus torch's GEMM against one Numba kernel that aggregates a
-  row and multiplies it by W while it is in cache (forward only).
+  row and multiplies it by W while it is in cache (forward only);
+- wperm: aggregation by constant edge weights (GCN's normalisation, f = 128,
+  forward and the backward to x) reading the weights through the edge ids
+  against reading them permuted into CSR slot order (kept);
+- head_dot: GAT's attention scores (z * a_l).sum(-1), (z * a_r).sum(-1) on
+  z [N, 4, 32], forward and backward, torch's ops against one pass (kept);
+- linear: x @ W (N x 128 by 128 x 128), forward and backward, torch's
+  matmul against torch's GEMM writing into huge-page outputs (kept).
 """
 from __future__ import annotations
 
@@ -103,25 +110,12 @@ def pair(name: str, what: str, a: tuple, b: tuple, reps: int, meta: dict) -> Non
     common.log(f"  {name}: {a[0]} {out[a[0]]['median_s'] * 1e3:.1f} ms, {b[0]} {out[b[0]]['median_s'] * 1e3:.1f} ms")
 
 
-def main() -> None:
-    import argparse
-
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--graph", required=True)
-    ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
-    a = ap.parse_args()
-    import numpy as np
+def exp_epilogue(n: int, gen, reps: int, meta: dict) -> None:
+    """dropout(relu(t + b)), p = 0.5, forward + backward."""
     import torch
 
-    from gdsl.backends.numba import CSRGraph, ops
+    from gdsl.backends.numba import dense
 
-    torch.set_num_threads(a.threads)
-    meta = {"graph": a.graph}
-    n = graphs.ALL[a.graph][1]
-    gen = torch.Generator().manual_seed(0)
-
-    # ---- epilogue: dropout(relu(t + b)), p = 0.5, fwd + bwd
     t = torch.randn(n, 128, generator=gen).requires_grad_()
     b = torch.zeros(128).requires_grad_()
     g = torch.randn(n, 128, generator=gen)
@@ -132,17 +126,24 @@ def main() -> None:
         torch.autograd.grad(y, (t, b), g)
 
     def fused_epi():
-        y = ops.epilogue(t, b, "relu", 0.5, 5)
+        y = dense.epilogue(t, b, "relu", 0.5, 5)
         torch.autograd.grad(y, (t, b), g)
 
     pair("epilogue", "dropout(relu(t + b)) on N x 128, forward + backward",
-         ("torch ops", torch_epi), ("fused kernel", fused_epi), a.reps, meta)
+         ("torch ops", torch_epi), ("fused kernel", fused_epi), reps, meta)
 
-    # ---- scale: SAGE's mean (raw graph)
-    src, dst, _ = graphs.load(a.graph, "raw")
+
+def exp_scale(name: str, n: int, gen, reps: int, meta: dict) -> None:
+    """SAGE's mean on the raw graph: aggregate then mul, or the scale in the kernel."""
+    import torch
+
+    from gdsl.backends.numba import CSRGraph, ops
+
+    src, dst, _ = graphs.load(name, "raw")
     G = CSRGraph.build(torch.from_numpy(src), torch.from_numpy(dst), n)
     del src, dst
     x = torch.randn(n, 128, generator=gen).requires_grad_()
+    g = torch.randn(n, 128, generator=gen)
     inv = (1.0 / G.in_csr.degree.clamp(min=1).double()).float()
 
     def unfused_scale():
@@ -154,11 +155,19 @@ def main() -> None:
         torch.autograd.grad(y, x, g)
 
     pair("scale", "aggregate(copy_src, sum) * 1/degree on N x 128, forward + backward",
-         ("aggregate, then mul", unfused_scale), ("scale in the epilogue", fused_scale), a.reps, meta)
-    del G
+         ("aggregate, then mul", unfused_scale), ("scale in the epilogue", fused_scale), reps, meta)
 
-    # ---- the GCN graph: bias after the 16-wide aggregation; aggregation + GEMM
-    src, dst, _ = graphs.load(a.graph, "sym_loops")
+
+def exp_gcn(name: str, n: int, gen, reps: int, meta: dict) -> None:
+    """On the GCN graph (symmetric + self loops, constant edge weights): the
+    bias after the 16-wide aggregation; aggregation + GEMM; the weights by
+    edge id or in CSR order."""
+    import numpy as np
+    import torch
+
+    from gdsl.backends.numba import CSRGraph, ops
+
+    src, dst, _ = graphs.load(name, "sym_loops")
     G = CSRGraph.build(torch.from_numpy(src), torch.from_numpy(dst), n)
     deg = G.in_csr.degree.double()
     w = (1.0 / torch.sqrt(deg[torch.from_numpy(dst)] * deg[torch.from_numpy(src)])).float()
@@ -176,7 +185,7 @@ def main() -> None:
     pair("bias", "16-wide aggregation by constant edge weights, without / with the bias add after it, forward "
          "(the difference bounds what a bias in the aggregation's epilogue saves; its backward, the sum of the "
          "gradient over rows, stays either way)",
-         ("aggregate", agg16), ("aggregate + bias add", agg16_bias), a.reps, meta)
+         ("aggregate", agg16), ("aggregate + bias add", agg16_bias), reps, meta)
 
     x128 = torch.randn(n, 128, generator=gen)
     W = torch.randn(128, 128, generator=gen) * 0.1
@@ -195,7 +204,75 @@ def main() -> None:
     err = float((torch.from_numpy(tt) - unfused_gemm()).abs().max())
     common.log(f"  gemm: fused kernel agrees with aggregate + mm to {err:.2g}")
     pair("gemm", "aggregation then @ W (128 x 128) on N x 128, forward",
-         ("aggregate + torch mm", unfused_gemm), ("fused kernel", fused_gemm), a.reps, meta)
+         ("aggregate + torch mm", unfused_gemm), ("fused kernel", fused_gemm), reps, meta)
+
+    xg = x128.clone().requires_grad_()
+    g128 = torch.randn(n, 128, generator=gen)
+
+    def by_eid():
+        torch.autograd.grad(ops.aggregate(G, xg, w, "mul", "sum"), xg, g128)
+
+    def by_slot():
+        torch.autograd.grad(ops.aggregate(G, xg, w, "mul", "sum", w_perm=wp), xg, g128)
+
+    pair("wperm", "aggregation by constant edge weights on N x 128, forward + backward to x",
+         ("weights by edge id", by_eid), ("weights in CSR order", by_slot), reps, meta)
+
+
+def exp_dense(n: int, gen, reps: int, meta: dict) -> None:
+    """GAT's attention scores; the GEMM into huge-page outputs."""
+    import torch
+
+    from gdsl.backends.numba import dense
+
+    z = torch.randn(n, 4, 32, generator=gen).requires_grad_()
+    al = torch.randn(4, 32, generator=gen).requires_grad_()
+    ar = torch.randn(4, 32, generator=gen).requires_grad_()
+    gl, gr = torch.randn(n, 4, generator=gen), torch.randn(n, 4, generator=gen)
+
+    def torch_dots():
+        el, er = (z * al).sum(-1), (z * ar).sum(-1)
+        torch.autograd.grad((el, er), (z, al, ar), (gl, gr))
+
+    def fused_dots():
+        el, er = dense.head_dot(z, al, ar)
+        torch.autograd.grad((el, er), (z, al, ar), (gl, gr))
+
+    pair("head_dot", "GAT's two attention-score dots of z [N, 4, 32], forward + backward",
+         ("torch ops", torch_dots), ("one pass", fused_dots), reps, meta)
+
+    x = torch.randn(n, 128, generator=gen).requires_grad_()
+    W = (torch.randn(128, 128, generator=gen) * 0.1).requires_grad_()
+    g = torch.randn(n, 128, generator=gen)
+
+    def torch_mm():
+        torch.autograd.grad(x @ W, (x, W), g)
+
+    def huge_mm():
+        torch.autograd.grad(dense.linear(x, W), (x, W), g)
+
+    pair("linear", "x @ W (N x 128 by 128 x 128), forward + backward",
+         ("torch matmul", torch_mm), ("GEMM into huge pages", huge_mm), reps, meta)
+
+
+def main() -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--graph", required=True)
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    a = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(a.threads)
+    meta = {"graph": a.graph}
+    n = graphs.ALL[a.graph][1]
+    gen = torch.Generator().manual_seed(0)
+    exp_epilogue(n, gen, a.reps, meta)
+    exp_scale(a.graph, n, gen, a.reps, meta)
+    exp_gcn(a.graph, n, gen, a.reps, meta)
+    exp_dense(n, gen, a.reps, meta)
 
 
 if __name__ == "__main__":

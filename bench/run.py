@@ -383,7 +383,8 @@ def write_report(path: Path, res: dict) -> None:
         L.append("")
         L.append("| graph | what | unfused | fused | fused / unfused | kept |")
         L.append("|---|---|---|---|---|---|")
-        kept = {"epilogue": "yes", "scale": "yes", "bias": "no", "gemm": "no"}
+        kept = {"epilogue": "yes", "scale": "yes", "bias": "no", "gemm": "no", "wperm": "yes", "head_dot": "yes",
+                "linear": "yes"}
         for g, exps in fusion.items():
             for e in exps:
                 a, b = e["order"]

@@ -30,6 +30,7 @@ from gdsl.backends.numba import (
     sddmm,
     set_cache_blocking,
 )
+from gdsl.backends.numba import dense as ndense
 from gdsl.backends.numba import ops as nops
 from gdsl.backends.numba.graph import balanced_chunks
 from gdsl.backends.numba.warm import warm
@@ -523,7 +524,7 @@ def test_aggregate_scales(case, to, _warm_fused):
         for use_x, use_o in ((True, False), (False, True), (True, True)):
             kw = {"xscale": xs if use_x else None, "oscale": os_ if use_o else None}
 
-            def ref(xx, ww):
+            def ref(xx, ww, gr=gr, xs=xs, os_=os_, use_x=use_x, use_o=use_o):
                 xx2 = xx * _pad(xs, xx.dim()) if use_x else xx
                 out = ref_aggregate(gr, xx2, ww, msg, reduce, to)
                 return out * _pad(os_, out.dim()) if use_o else out
@@ -593,14 +594,14 @@ def test_epilogue(act, bias, drop, _warm_fused, monkeypatch):
     same dropout mask, bit for bit (relu, none; elu to rounding), across
     generator blocks and the kernel's stream segments (made small here), and
     the same gradients (float64 gradcheck and float32 against autograd)."""
-    monkeypatch.setattr(nops, "_MT_SEG_WORDS", 700)
+    monkeypatch.setattr(ndense, "_MT_SEG_WORDS", 700)
     p = 0.6 if drop else 0.0
     for shape in ((1, 1), (5, 3), (300, 7), (2000, 2, 4)):
         gen = torch.Generator().manual_seed(shape[0])
         x = torch.randn(shape, generator=gen)
         b = torch.randn(shape[1:], generator=gen) if bias else None
         seed = 1000 + shape[0] if drop else None
-        got = nops.epilogue(x, b, act, p, seed)
+        got = ndense.epilogue(x, b, act, p, seed)
         want = ref_epilogue(x, b, act, p, seed)
         if act == "elu":
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
@@ -613,7 +614,7 @@ def test_epilogue(act, bias, drop, _warm_fused, monkeypatch):
         bn = b.clone().requires_grad_() if bias else None
         gout = torch.randn(shape, generator=gen)
         ref_epilogue(xr, br, act, p, seed).backward(gout)
-        nops.epilogue(xn, bn, act, p, seed).backward(gout)
+        ndense.epilogue(xn, bn, act, p, seed).backward(gout)
         torch.testing.assert_close(xn.grad, xr.grad, rtol=1e-6, atol=1e-6)
         if bias:
             torch.testing.assert_close(bn.grad, br.grad, rtol=1e-5, atol=1e-5)
@@ -621,33 +622,33 @@ def test_epilogue(act, bias, drop, _warm_fused, monkeypatch):
     x = (torch.randn(40, 3, dtype=F64) + 0.05).requires_grad_()
     b = (0.1 * torch.randn(3, dtype=F64)).requires_grad_() if bias else None
     ins = (x, b) if bias else (x,)
-    assert torch.autograd.gradcheck(lambda *t: nops.epilogue(t[0], t[1] if bias else None, act, p,
+    assert torch.autograd.gradcheck(lambda *t: ndense.epilogue(t[0], t[1] if bias else None, act, p,
                                                              7 if drop else None), ins)
     # only the inputs that need a gradient get one
     x2 = x.detach().clone()
     if bias:
         b2 = b.detach().clone().requires_grad_()
-        nops.epilogue(x2, b2, act, p, 7 if drop else None).sum().backward()
+        ndense.epilogue(x2, b2, act, p, 7 if drop else None).sum().backward()
         assert b2.grad is not None and x2.grad is None
 
 
 def test_epilogue_rejects_bad_inputs():
     x = torch.randn(4, 3)
     with pytest.raises(ValueError, match="activation"):
-        nops.epilogue(x, None, "tanh", 0.5, 1)
+        ndense.epilogue(x, None, "tanh", 0.5, 1)
     with pytest.raises(ValueError, match="dropout p"):
-        nops.epilogue(x, None, "relu", 1.0, 1)
+        ndense.epilogue(x, None, "relu", 1.0, 1)
     with pytest.raises(ValueError, match="bias"):
-        nops.epilogue(x, torch.randn(4), "relu", 0.5, 1)
+        ndense.epilogue(x, torch.randn(4), "relu", 0.5, 1)
 
 
 def test_mt_state_follows_torch():
     """The stream the kernels continue is torch's: the state read for a seed
     generates torch.rand's numbers."""
-    words, pos = nops.mt_state(123)
+    words, pos = ndense.mt_state(123)
     assert words.shape == (624,) and pos == 624
     x = torch.zeros(1500, 1)
-    got = nops.epilogue(x + 1, None, "none", 0.5, 123)   # keep = u >= 0.5
+    got = ndense.epilogue(x + 1, None, "none", 0.5, 123)   # keep = u >= 0.5
     u = torch.rand(1500, 1, generator=torch.Generator().manual_seed(123))
     assert torch.equal(got != 0, u >= 0.5)
 
@@ -687,16 +688,16 @@ def test_linear(monkeypatch):
         w2 = torch.randn(3, 4, generator=gen, dtype=dt).requires_grad_()
         w3 = torch.randn(6, 2, 2, generator=gen, dtype=dt).requires_grad_()
         tol = {} if dt == F64 else {"rtol": 1e-5, "atol": 1e-5}
-        torch.testing.assert_close(nops.linear(x1, w1), x1 @ w1, **tol)
-        torch.testing.assert_close(nops.linear(x1, w1, x2, w2), x1 @ w1 + x2 @ w2, **tol)
-        torch.testing.assert_close(nops.linear(x1, w3), torch.tensordot(x1, w3, dims=1), **tol)
+        torch.testing.assert_close(ndense.linear(x1, w1), x1 @ w1, **tol)
+        torch.testing.assert_close(ndense.linear(x1, w1, x2, w2), x1 @ w1 + x2 @ w2, **tol)
+        torch.testing.assert_close(ndense.linear(x1, w3), torch.tensordot(x1, w3, dims=1), **tol)
         if dt == F64:
-            assert torch.autograd.gradcheck(lambda a, b, c, d: nops.linear(a, b, c, d), (x1, w1, x2, w2))
-            assert torch.autograd.gradcheck(lambda a, b: nops.linear(a, b), (x1, w3))
+            assert torch.autograd.gradcheck(lambda a, b, c, d: ndense.linear(a, b, c, d), (x1, w1, x2, w2))
+            assert torch.autograd.gradcheck(lambda a, b: ndense.linear(a, b), (x1, w3))
     # only the inputs that need a gradient get one
     x = torch.randn(50, 6)
     w = torch.randn(6, 4, requires_grad=True)
-    nops.linear(x, w).sum().backward()
+    ndense.linear(x, w).sum().backward()
     assert w.grad is not None and x.grad is None
 
 
@@ -708,20 +709,20 @@ def test_head_dot(_warm_fused):
     z = torch.randn(300, 4, 8, generator=gen, dtype=F64).requires_grad_()
     al = torch.randn(4, 8, generator=gen, dtype=F64).requires_grad_()
     ar = torch.randn(4, 8, generator=gen, dtype=F64).requires_grad_()
-    el, er = nops.head_dot(z, al, ar)
+    el, er = ndense.head_dot(z, al, ar)
     torch.testing.assert_close(el, (z * al).sum(-1))
     torch.testing.assert_close(er, (z * ar).sum(-1))
-    assert torch.autograd.gradcheck(lambda a, b, c: nops.head_dot(a, b, c), (z, al, ar))
+    assert torch.autograd.gradcheck(lambda a, b, c: ndense.head_dot(a, b, c), (z, al, ar))
     z2 = torch.randn(50, 5, generator=gen, dtype=F64).requires_grad_()
     a2 = torch.randn(5, generator=gen, dtype=F64).requires_grad_()
-    assert torch.autograd.gradcheck(lambda a, b: nops.head_dot(a, b)[0], (z2, a2))
+    assert torch.autograd.gradcheck(lambda a, b: ndense.head_dot(a, b)[0], (z2, a2))
     # one output used: the other's gradient is zero
-    (g,) = torch.autograd.grad(nops.head_dot(z, al, ar)[1].sum(), (z,))
+    (g,) = torch.autograd.grad(ndense.head_dot(z, al, ar)[1].sum(), (z,))
     torch.testing.assert_close(g, ar.detach().expand_as(z))
     z32 = torch.randn(70, 2, 3, generator=gen)
     a32 = torch.randn(2, 3, generator=gen)
-    torch.testing.assert_close(nops.head_dot(z32, a32)[0], (z32 * a32).sum(-1), rtol=1e-5, atol=1e-6)
-    assert nops.head_dot(torch.zeros(0, 2, 3), torch.ones(2, 3))[0].shape == (0, 2)
+    torch.testing.assert_close(ndense.head_dot(z32, a32)[0], (z32 * a32).sum(-1), rtol=1e-5, atol=1e-6)
+    assert ndense.head_dot(torch.zeros(0, 2, 3), torch.ones(2, 3))[0].shape == (0, 2)
 
 
 def test_cache_blocked_with_scales_and_permuted_edge_data(_warm_fused):

@@ -1,4 +1,4 @@
-"""The Numba CPU backend's fused graph ops.
+"""The Numba CPU backend's fused graph ops (and its dense ops, dense.py).
 
 Each op is specialised Numba source generated per signature (message op,
 reduction, broadcast kind are constants of the text; ``kernel_source`` prints
@@ -23,11 +23,11 @@ from gdsl.backends.numba.codegen import (
     compile_report,
     kernel_source,
 )
+from gdsl.backends.numba.dense import epilogue
 from gdsl.backends.numba.graph import CSRGraph
 from gdsl.backends.numba.ops import (
     aggregate,
     edge_softmax,
-    epilogue,
     gat_aggregate,
     permute_edge_data,
     sddmm,

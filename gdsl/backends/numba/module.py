@@ -16,7 +16,7 @@ included, up to float rounding):
   the backward, to the gathered rows of the reverse aggregation) instead of
   as one more pass over an N x F tensor.
 * `dropout(act(add(s, b)))` (act: relu, elu; flatten / reshape between them
-  allowed; any two of the three): one elementwise pass (ops.epilogue) that
+  allowed; any two of the three): one elementwise pass (dense.epilogue) that
   draws the reference's dropout mask (its per-(seed, step, op) generator),
   keeping a uint8 mask instead of a float one.  A lone `dropout` runs on the
   same kernel.
@@ -27,16 +27,18 @@ included, up to float rounding):
 * dense: `x @ W1` and `x @ W2` of one tensor as one GEMM with the weights
   side by side; `x1 @ W1 + x2 @ W2` as one output (mm, then addmm into it);
   `dot(z, a1)`, `dot(z, a2)` (GAT's attention scores) in one pass over z.
-  Every vertex-by-param matmul runs through ops.linear (torch's GEMM into a
+  Every vertex-by-param matmul runs through dense.linear (torch's GEMM into a
   huge-page output).
 """
 from __future__ import annotations
 
 import torch
 
+from gdsl.backends.numba import dense
 from gdsl.backends.numba import ops as nb
 from gdsl.backends.numba.graph import CSRGraph
 from gdsl.backends.reference.executor import ReferenceModule
+from gdsl.backends.reference.linear import drop_fusions, run_linear
 from gdsl.graph.graph import Graph
 from gdsl.ir.core import Module, Op
 
@@ -75,8 +77,13 @@ def kernel_signature(op: Op) -> tuple[str, dict] | None:
     return None
 
 
+def _nm(v) -> str:
+    """A value's name in fusion_plan() lines: its SSA hint, else its op's name."""
+    return f"%{v.hint}" if getattr(v, "hint", None) else f"<{v.owner.name if v.owner is not None else 'value'}>"
+
+
 def _plain_matmul(op: Op) -> bool:
-    """vertex [N, din] @ param [din, *out]: one GEMM (ops.linear)."""
+    """vertex [N, din] @ param [din, *out]: one GEMM (dense.linear)."""
     if op.name != "matmul":
         return False
     x, w = op.operands
@@ -130,7 +137,7 @@ def plan_fusion(module: Module) -> tuple[dict[Op, tuple], set[Op]]:
             claimed.update((m1, m2))
             break
     # dot(z, a_k) of one vertex tensor with parameters of its feature shape
-    # (GAT's el, er): one pass over z for all of them (ops.head_dot)
+    # (GAT's el, er): one pass over z for all of them (dense.head_dot)
     dots: dict = {}
     for op in f.ops:
         if op.name != "dot" or op.attrs.get("broadcast") not in (None, "same", "lead"):
@@ -226,6 +233,7 @@ class NumbaModule(ReferenceModule):
             if k not in self.gd.graph.edata:
                 self.gd.edge_env.pop(k, None)
         self._fused, self._skip = plan_fusion(module) if fuse else ({}, set())
+        drop_fusions(self._fused, self._skip, self._lin_anchor, self._lin_skip)   # the order pass's groups win
         self._wperm: dict = {}
         self._exact: dict[Op, bool] = {}
         self._mask_rows = None
@@ -243,26 +251,26 @@ class NumbaModule(ReferenceModule):
         out = []
         for anchor, spec in self._fused.items():
             if spec[0] == "head_dot":
-                out.append(f"dot of %{spec[1][0].operands[0].hint} with {len(spec[1])} params -> "
-                           + ", ".join(f"%{d.result.hint}" for d in spec[1]) + ": one pass")
+                out.append(f"dot of {_nm(spec[1][0].operands[0])} with {len(spec[1])} params -> "
+                           + ", ".join(f"{_nm(d.result)}" for d in spec[1]) + ": one pass")
             elif spec[0] == "matmul2":
                 _, m1, m2 = spec
-                out.append(f"matmul %{m1.result.hint}, %{m2.result.hint} of the same %{m1.operands[0].hint}: "
+                out.append(f"matmul {_nm(m1.result)}, {_nm(m2.result)} of the same {_nm(m1.operands[0])}: "
                            "one GEMM with the weights side by side")
             elif spec[0] == "addmm":
-                out.append(f"add of two matmuls -> %{anchor.result.hint}: one GEMM output (mm, then addmm into it)")
+                out.append(f"add of two matmuls -> {_nm(anchor.result)}: one GEMM output (mm, then addmm into it)")
             elif spec[0] == "aggregate":
                 _, agg, c = spec
                 out.append(f"aggregate[{agg.attrs['msg']}, {agg.attrs['reduce']}] * vertex_const "
-                           f"{c.attrs['expr']} -> %{anchor.result.hint}: row scale in the aggregation epilogue")
+                           f"{c.attrs['expr']} -> {_nm(anchor.result)}: row scale in the aggregation epilogue")
             else:
-                _, x, bias, act, drop, views = spec
+                _, _x, bias, act, drop, views = spec
                 parts = (["add bias"] if bias is not None else []) + ([act] if act != "none" else []) \
                     + [v.name for v in views] + ([f"dropout {drop.attrs['p']}"] if drop is not None else [])
-                out.append(f"{' -> '.join(parts)} -> %{anchor.result.hint}: one epilogue pass")
+                out.append(f"{' -> '.join(parts)} -> {_nm(anchor.result)}: one epilogue pass")
         for op in self.ir.main.ops:
             if op.name == "aggregate" and self._edge_const_w(op) is not None:
-                out.append(f"aggregate[mul] by edge_const -> %{op.result.hint}: edge data permuted into CSR order")
+                out.append(f"aggregate[mul] by edge_const -> {_nm(op.result)}: edge data permuted into CSR order")
         return out
 
     # ---- running
@@ -271,7 +279,10 @@ class NumbaModule(ReferenceModule):
             self.step += 1   # the reference's dropout seeds count training steps
         env: dict = {}
         for op in self.ir.main.ops:
-            if op.name == "loss" or op in self._skip:
+            if op.name == "loss" or op in self._skip or op in self._lin_skip:
+                continue
+            if op in self._lin_anchor:   # a backward order autograd would not pick (reference/linear.py)
+                env[op.result] = run_linear(self._lin_anchor[op], env)
                 continue
             spec = self._fused.get(op)
             if spec is None:
@@ -281,17 +292,17 @@ class NumbaModule(ReferenceModule):
                 env[op.result] = self._aggregate(agg, [env[v] for v in agg.operands], oscale=self._consts[c])
             elif spec[0] == "head_dot":
                 group = spec[1]
-                outs = nb.head_dot(env[group[0].operands[0]], *[env[d.operands[1]] for d in group])
+                outs = dense.head_dot(env[group[0].operands[0]], *[env[d.operands[1]] for d in group])
                 for d, t in zip(group, outs):
                     env[d.result] = t
             elif spec[0] == "matmul2":
                 _, m1, m2 = spec
                 w1, w2 = env[m1.operands[1]], env[m2.operands[1]]
-                y = nb.linear(env[m1.operands[0]], torch.cat([w1, w2], 1))
+                y = dense.linear(env[m1.operands[0]], torch.cat([w1, w2], 1))
                 env[m1.result], env[m2.result] = torch.split(y, [w1.shape[1], w2.shape[1]], 1)
             elif spec[0] == "addmm":
                 _, ma, mb = spec
-                env[op.result] = nb.linear(env[ma.operands[0]], env[ma.operands[1]],
+                env[op.result] = dense.linear(env[ma.operands[0]], env[ma.operands[1]],
                                            env[mb.operands[0]], env[mb.operands[1]])
             else:
                 _, xv, bv, act, drop, views = spec
@@ -331,7 +342,7 @@ class NumbaModule(ReferenceModule):
         if ok is None:
             ones = torch.ones(shape, dtype=dtype)
             want = ReferenceModule.dropout(self, op, ones) != 0
-            got = nb.epilogue(ones, None, "none", op.attrs["p"], self._dropout_seed(op)) != 0
+            got = dense.epilogue(ones, None, "none", op.attrs["p"], self._dropout_seed(op)) != 0
             ok = self._exact[op] = bool(torch.equal(want, got))
         return ok
 
@@ -343,8 +354,8 @@ class NumbaModule(ReferenceModule):
             for v in views:
                 probe = self.run_op(v, [probe], x)
             shape = (t.shape[0],) + tuple(probe.shape[1:])
-        if nb.epilogue_supported(t, b) and (p == 0.0 or self._dropout_agrees(drop, shape, t.dtype)):
-            y = nb.epilogue(t, b, act, p, self._dropout_seed(drop) if p > 0 else None)
+        if dense.epilogue_supported(t, b) and (p == 0.0 or self._dropout_agrees(drop, shape, t.dtype)):
+            y = dense.epilogue(t, b, act, p, self._dropout_seed(drop) if p > 0 else None)
             return y.reshape(shape)
         y = t + b if b is not None else t
         if act != "none":
@@ -382,7 +393,7 @@ class NumbaModule(ReferenceModule):
                 return t
             return self._epilogue(t, None, "none", op, [], x)
         if name == "matmul" and _plain_matmul(op):
-            return nb.linear(vals[0], vals[1])
+            return dense.linear(vals[0], vals[1])
         k = self._kernels.get(op)
         if k is None:
             return super().run_op(op, vals, x)

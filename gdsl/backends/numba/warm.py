@@ -34,7 +34,7 @@ def _run_one(op: str, params: dict, dtype: str) -> None:
     import numpy as np
     import torch
 
-    from gdsl.backends.numba import ops
+    from gdsl.backends.numba import dense, ops
     from gdsl.backends.numba.graph import CSRGraph
 
     dt = getattr(torch, dtype)
@@ -78,9 +78,9 @@ def _run_one(op: str, params: dict, dtype: str) -> None:
         act = params.get("act", "none")
         b = t(2, 2) if params.get("bias") else None
         p = 0.5 if params.get("drop", True) else 0.0
-        ops.epilogue(t(N, 2, 2), b, act, p, 1 if p else None).sum().backward()
+        dense.epilogue(t(N, 2, 2), b, act, p, 1 if p else None).sum().backward()
     elif op == "head_dot":
-        sum(ops.head_dot(t(N, 2, 2), t(2, 2), t(2, 2))).sum().backward()
+        sum(dense.head_dot(t(N, 2, 2), t(2, 2), t(2, 2))).sum().backward()
     elif op == "gat_aggregate":
         ops.gat_aggregate(g, t(N, 2), t(N, 2), t(N, 2, 2), 0.2).backward(torch.rand(N, 2, 2, dtype=dt))
     else:
@@ -99,7 +99,7 @@ def _stamp(tasks: list) -> str:
     h = hashlib.sha256(json.dumps(tasks, sort_keys=True).encode())
     h.update(numba.__version__.encode())
     here = Path(__file__).parent
-    for f in ("codegen.py", "ops.py", "graph.py", "warm.py"):
+    for f in ("codegen.py", "codegen_dense.py", "ops.py", "dense.py", "graph.py", "warm.py"):
         h.update((here / f).read_bytes())
     return h.hexdigest()[:20]
 
