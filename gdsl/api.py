@@ -1,6 +1,7 @@
 """The Python API: `gdsl.compile(...)` -> `Program`; `Program.module(graph)`."""
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +18,14 @@ BACKENDS = ("reference", "numba", "triton")
 
 def default_backend(target: str | None = None) -> str:
     """The backend a program runs on when none is named: `schedule { target =
-    cpu }` picks numba, `target = gpu` triton; otherwise the reference
-    backend (numba becomes the CPU default once its kernels are measured
-    ahead of the peers, bench/)."""
+    gpu }` picks triton; otherwise (`target = cpu`, or no target) numba, the
+    CPU backend, when the numba package is installed, else the reference
+    backend (which stays selectable by name: it is the semantic oracle)."""
     if target == "gpu":
         return "triton"
-    return "numba" if target == "cpu" else "reference"
+    if target == "cpu" or importlib.util.find_spec("numba") is not None:
+        return "numba"
+    return "reference"
 
 
 class Program:
@@ -56,8 +59,8 @@ class Program:
 
     def module(self, graph: Graph, backend: str | None = None) -> nn.Module:
         """The program bound to `graph` as a `torch.nn.Module` on `backend`
-        (default: numba when the schedule says `target = cpu`, triton when it
-        says `target = gpu`, else reference)."""
+        (default: triton when the schedule says `target = gpu`, else numba,
+        or reference where the numba package is not installed)."""
         backend = backend or self.default_backend
         if backend not in BACKENDS:
             raise GdslError(f"unknown backend '{backend}' (available: {', '.join(BACKENDS)})")

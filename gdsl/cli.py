@@ -47,8 +47,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--epochs", type=int, help="override the train block's epochs")
     r.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     r.add_argument("--backend", choices=("reference", "numba", "triton"),
-                   help="execution backend (default: numba if the schedule says target = cpu, triton if it says "
-                        "target = gpu, else reference)")
+                   help="execution backend (default: triton if the schedule says target = gpu, else numba; "
+                        "reference where numba is not installed)")
     r.add_argument("--json", metavar="FILE", help="write per-epoch and final metrics to FILE")
     r.add_argument("--split", type=int, default=0, help="which split of a multi-split dataset (default 0)")
     r.add_argument("--log-every", type=int, help="print every K epochs when not on a terminal")

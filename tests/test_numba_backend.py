@@ -64,10 +64,19 @@ def test_no_gradient_for_the_input_features():
     assert all(p.grad is not None for p in model.parameters())
 
 
-def test_schedule_target_cpu_picks_numba_and_emit_numba_prints_kernels():
+def test_schedule_target_cpu_picks_numba_and_emit_numba_prints_kernels(monkeypatch):
     src = (ROOT / "programs" / "gcn.gd").read_text() + "schedule { target = cpu }\n"
     assert gdsl.compile(src).default_backend == "numba"
+    # numba is the CPU default; without the numba package, the reference backend
+    assert gdsl.compile(ROOT / "programs" / "gcn.gd").default_backend == "numba"
+    model = gdsl.compile(ROOT / "programs" / "gcn.gd").module(_graph_for(""))
+    assert type(model).__name__ == "NumbaModule"
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba" else real(name, *a))
     assert gdsl.compile(ROOT / "programs" / "gcn.gd").default_backend == "reference"
+    assert gdsl.compile(src).default_backend == "numba"   # named by the schedule: its error, not a silent fallback
+    monkeypatch.undo()
     code, out, err = run_gdsl(["compile", str(ROOT / "programs" / "gat.gd"), "--emit", "numba"])
     assert code == 0, err
     assert "@njit(parallel=True, cache=True" in out and "prange" in out
@@ -109,7 +118,7 @@ def test_fused_chains_equal_reference_in_training_mode(name):
         ga = torch.autograd.grad(la, list(ref.parameters()))
         gb = torch.autograd.grad(lb, list(nb.parameters()))
         for (pname, _), x, y in zip(ref.named_parameters(), ga, gb):
-            torch.testing.assert_close(y, x, rtol=1e-4, atol=1e-5, msg=lambda m: f"grad of {pname}: {m}")
+            torch.testing.assert_close(y, x, rtol=1e-4, atol=1e-5, msg=lambda m, p=pname: f"grad of {p}: {m}")
     assert nb._exact and all(nb._exact.values())  # the kernels drew the reference's masks
 
 

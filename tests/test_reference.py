@@ -35,7 +35,7 @@ def _compare(model, manual, graph):
 def test_gcn_matches_handwritten(seed):
     g = random_graph(seed=seed)
     torch.manual_seed(seed)
-    model = gdsl.compile(PROGRAMS / "gcn.gd").module(g)
+    model = gdsl.compile(PROGRAMS / "gcn.gd").module(g, backend="reference")
     p = _params(model)
     assert list(p) == ["GCNConv_1.W", "GCNConv_1.b", "GCNConv_2.W", "GCNConv_2.b"]
     assert p["GCNConv_1.W"].shape == (12, 16) and p["GCNConv_2.W"].shape == (16, 4)
@@ -50,7 +50,7 @@ def test_gcn_matches_handwritten(seed):
 
 def test_sage_matches_handwritten():
     g = random_graph(seed=3)
-    model = gdsl.compile(PROGRAMS / "sage.gd", hidden=8).module(g)
+    model = gdsl.compile(PROGRAMS / "sage.gd", hidden=8).module(g, backend="reference")
     p = _params(model)
     assert len(p) == 9  # SAGE[layers = 3]: three layers of Ws, Wn, b
     src, dst, n = g.src, g.dst, g.num_nodes
@@ -66,7 +66,7 @@ def test_sage_matches_handwritten():
 
 def test_gat_matches_handwritten():
     g = random_graph(seed=5)
-    model = gdsl.compile(PROGRAMS / "gat.gd").module(g)
+    model = gdsl.compile(PROGRAMS / "gat.gd").module(g, backend="reference")
     p = _params(model)
     assert p["GATConv_1.W"].shape == (12, 8, 8) and p["GATConv_2.W"].shape == (64, 1, 4)
     src, dst, n = edges_with(g, self_loops=True)
@@ -83,7 +83,7 @@ def test_gat_matches_handwritten():
 def test_sparse_fast_path_equals_index_path():
     """The executor's CSR matmul for gather(sum) of src(x) * w equals index_add."""
     g = random_graph(seed=7)
-    model = gdsl.compile(PROGRAMS / "gcn.gd").module(g)
+    model = gdsl.compile(PROGRAMS / "gcn.gd").module(g, backend="reference")
     assert model._spmm, "the GCN aggregation should take the sparse path"
     model.eval()
     fast = model()
@@ -93,7 +93,7 @@ def test_sparse_fast_path_equals_index_path():
 
 def test_features_argument_and_training_mode():
     g = random_graph(seed=2)
-    model = gdsl.compile(PROGRAMS / "gcn.gd").module(g)
+    model = gdsl.compile(PROGRAMS / "gcn.gd").module(g, backend="reference")
     model.eval()
     a = model(g.features)
     b = model(torch.zeros_like(g.features))
@@ -109,16 +109,16 @@ def test_features_argument_and_training_mode():
 
 def test_isolated_vertices_and_empty_graph():
     g = random_graph(seed=4, isolated=5)
-    model = gdsl.compile(PROGRAMS / "sage.gd", hidden=8, layers=2).module(g)
+    model = gdsl.compile(PROGRAMS / "sage.gd", hidden=8, layers=2).module(g, backend="reference")
     model.eval()
     out = model()
     assert torch.isfinite(out).all()
     empty = gdsl.Graph.from_edges([], [], 6, features=torch.randn(6, 3), labels=torch.tensor([0, 1, 0, 1, 0, 1]),
                                   train_mask=torch.ones(6, dtype=torch.bool))
-    m2 = gdsl.compile(PROGRAMS / "sage.gd", hidden=4, layers=2).module(empty)
+    m2 = gdsl.compile(PROGRAMS / "sage.gd", hidden=4, layers=2).module(empty, backend="reference")
     m2.eval()
     assert torch.isfinite(m2()).all()
-    m3 = gdsl.compile(PROGRAMS / "gat.gd").module(empty)  # self loops only
+    m3 = gdsl.compile(PROGRAMS / "gat.gd").module(empty, backend="reference")  # self loops only
     m3.eval()
     assert torch.isfinite(m3()).all()
 
@@ -127,7 +127,7 @@ def test_broadcast_mode_does_not_depend_on_equal_sizes():
     """A [dout] bias on a [heads, dout] value adds along dout even when heads == dout."""
     src = (Path(__file__).parent / "filecheck" / "passes" / "broadcast_symbolic.gd").read_text()
     g = random_graph(seed=1, c=3)
-    model = gdsl.compile(src).module(g)  # heads = dout = C = 3
+    model = gdsl.compile(src).module(g, backend="reference")  # heads = dout = C = 3
     p = _params(model)
     with torch.no_grad():
         p["L_1.b"].copy_(torch.tensor([1.0, 2.0, 3.0]))
