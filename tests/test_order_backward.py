@@ -134,7 +134,7 @@ def test_backends_follow_the_chosen_backward(graph, base, backend):
     # backend's aggregation. Layer 1: A X (12 wide), then A^T G (7), no dX;
     # layer 2: A (H W) (3), then dX = A^T (G W^T) (7), dW = H^T (A^T G) (3)
     runners = list(_run.model._lin_anchor.values())
-    assert [r.spmm_widths for r in runners] == [[12, 7], [3, 7, 3]]
+    assert [list(r.spmm_widths) for r in runners] == [[12, 7], [3, 7, 3]]
     torch.testing.assert_close(out, base[1], rtol=1e-4, atol=1e-5)
     for a, b in zip(grads, base[2]):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

@@ -25,6 +25,7 @@ features') is not computed.
 from __future__ import annotations
 
 import warnings
+from collections import deque
 
 import torch
 
@@ -43,7 +44,8 @@ class LinearRunner:
         self.agg_t = Op("aggregate", list(agg.operands), Value(agg.result.type, agg.result.hint),
                         {**agg.attrs, "to": "src" if agg.attrs["to"] == "dst" else "dst", "adjoint": True},
                         agg.span)
-        self.spmm_widths: list[int] = []   # every SpMM's dense width, for tests and reports
+        # the dense widths of the last SpMMs run (bounded: a run calls them every epoch)
+        self.spmm_widths: deque[int] = deque(maxlen=16)
 
     def _operands(self) -> list:
         m, agg = self.m, self.g.agg
