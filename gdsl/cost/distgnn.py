@@ -13,10 +13,14 @@ sum_v 2 (k_v - 1) = 2 (rho - 1) N rows move, 2 (rho - 1) N w / P words per rank.
 
 delay 0 (cd-0) waits for that exchange: exact. delay r (cd-r) sends one of
 r bins of split vertices per epoch and applies it r epochs later,
-overlapping it with computation: 1/r of the words, approximate. delay None
-(0c) skips the exchange: no communication, approximate.
+overlapping it with computation: 1/r of the forward words, approximate; its
+backward combines the gradients at once (cd-0's words, not overlapped; see
+gdsl/dist/functions.py, Delayed, for why). delay None (0c) skips the
+exchange: no communication, approximate.
 """
 from __future__ import annotations
+
+from dataclasses import replace
 
 from gdsl.cost import symbols as sy
 from gdsl.cost.build import activation_terms, comm, graph_terms, param_terms, spmm, spmm_width, walk, y_allreduce
@@ -60,10 +64,13 @@ def vertex_cut(problem: Problem = SYMBOLIC, *, delay: Expr | None = 0, rho: Expr
         if delay is None:
             return ops
         words = 2 * (rho - 1) * N / P * st.width
-        if label != "cd-0":
+        delayed = label != "cd-0" and st.phase == "forward"
+        if delayed:
             words = words / delay  # one bin of |v_s|/r split vertices per epoch (Algorithm 4 lines 3-5, 9)
-        return ops + [comm("partial_aggregates", st, words, 2 * (P - 1),
-                           f"leaves -> root -> leaves for the split vertices of {st.what}", DRPA)]
+        # cd-r's backward combines the gradients at once (gdsl/dist/functions.py, Delayed)
+        c = comm("partial_aggregates", st, words, 2 * (P - 1),
+                 f"leaves -> root -> leaves for the split vertices of {st.what}", DRPA)
+        return ops + [replace(c, overlapped=True) if delayed else c]
 
     ops = walk(layers, on_spmm=on_spmm, gemm_rows=rho * N / P,
                on_layer=lambda ly: [y_allreduce(ly, lg(P))])

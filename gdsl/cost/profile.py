@@ -185,7 +185,13 @@ def predict_time(cost: Cost, profile: Profile | None = DEFAULT_PROFILE) -> Expr:
     """Seconds per epoch; a float when the cost is numeric and a profile is given,
     otherwise an expression in alpha, beta, gamma_spmm, gamma_gemm and the sizes."""
     comp, comm = compute_time(cost), comm_time(cost)
-    t = smax(comp, comm) if cost.overlap else comp + comm
+    if cost.overlap:
+        hidden = [o for o in cost.ops if o.overlapped]
+        c_hidden = sy.alpha * sum((o.messages * o.count for o in hidden), 0) + \
+            sy.beta * sum((o.words * o.count for o in hidden), 0)
+        t = smax(comp, c_hidden) + (comm - c_hidden)
+    else:
+        t = comp + comm
     if profile is None:
         return t
     return _subs(t, profile.values())

@@ -34,6 +34,7 @@ class OpCost:
     count: Expr = 1
     what: str = ""
     source: str = ""
+    overlapped: bool = False  # communication hidden behind computation (cd-r's delayed exchange)
 
     @property
     def kind(self) -> str:
@@ -70,7 +71,7 @@ class Cost:
     ops: tuple[OpCost, ...] = ()
     memory_terms: tuple = ()                # (("graph", expr), ...) words per rank
     exact: bool = True                      # False: changes the numbers trained (cd-r, 0c)
-    overlap: bool = False                   # communication overlaps computation (cd-r)
+    overlap: bool = False                   # some communication overlaps computation (cd-r: ops marked overlapped)
     ranks: Expr = sy.P                      # ranks that work (replicate uses 1)
     notes: tuple[str, ...] = field(default=())
 

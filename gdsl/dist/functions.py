@@ -343,24 +343,33 @@ def _redistribute(x: torch.Tensor, comm: Comm, rows: np.ndarray, cols: list[tupl
 
 class DelayPipe:
     """DistGNN's Delayed Remote Partial Aggregates (§5.3, Algorithm 4) for one
-    aggregation in one direction. Split vertices are binned into r bins by
-    global id; in epoch e the leaves of bin e % r send their partial sums to
-    the roots (non-blocking all-to-all-v, lines 10-11); r epochs later the
-    roots receive them and send back their totals (lines 13-16), which the
-    leaves receive another r epochs later (lines 19-20).
+    aggregation. Split vertices are binned into r bins by global id; in epoch
+    e the leaves of bin e % r send their partial sums to the roots
+    (non-blocking all-to-all-v, lines 10-11); r epochs later the roots receive
+    them, add them to their own fresh partial and send the totals back
+    (lines 13-16), which the leaves receive another r epochs later (lines
+    19-20).
 
-    Every epoch a vertex uses its fresh local partial plus the latest remote
-    contribution received for its bin (at most 2r epochs old): the "stale,
-    partially-aggregated remote vertex features" of §5.3. (Read literally,
-    lines 13-20 add remote contributions only for bin e % r in epoch e,
-    leaving the other bins local-only; on Cora at P = 4 that trained about as
-    0c does, so gdsl keeps every bin's latest contribution.)"""
+    Every epoch a replica uses its fresh local partial plus the latest remote
+    contribution received for its bin: the "stale, partially-aggregated
+    remote vertex features" of §5.3. Two refinements of the literal
+    algorithm, both measured (docs/distributed.md, "Approximate plans"):
+    - a bin keeps its latest remote contribution in the epochs it is not
+      refreshed (read literally, lines 13-20 add remote contributions only to
+      bin e % r in epoch e and leave the other bins local-only);
+    - a leaf keeps its own fresh partial and adds the root's total minus the
+      partial it had sent into it (line 20 overwrites the leaf with the
+      root's total, its own part as stale as the rest), so every replica is
+      fresh local + stale remote, the same function of its input.
+    Until a replica's first remote contribution arrives (2r epochs for a
+    leaf, r for a root) its partial is rescaled as 0c's (`scale`)."""
 
     def __init__(self, tree: SplitCombine, row_gid: torch.Tensor, r: int, comm: Comm, label: str):
         self.tree, self.r, self.comm, self.label = tree, r, comm, label
-        self.sent: dict[int, tuple] = {}
-        self.root_in: dict[int, torch.Tensor] = {}
-        self.leaf_in: dict[int, torch.Tensor] = {}
+        self.sent: dict[int, tuple] = {}       # epoch -> (requests, buffers) in flight
+        self.own_sent: dict[int, torch.Tensor] = {}  # epoch -> the partials my leaves sent then
+        self.root_in: dict[int, torch.Tensor] = {}   # bin -> leaves' partials, at my roots
+        self.leaf_in: dict[int, torch.Tensor] = {}   # bin -> remote part of the total, at my leaves
         self.bins = [((row_gid[tree.leaf_all] % r) == b, (row_gid[tree.root_all] % r) == b) for b in range(r)]
         self.counts = []
         for leaf_mask, root_mask in self.bins:
@@ -368,36 +377,45 @@ class DelayPipe:
             rc = np.array([int(m.sum()) for m in torch.split(root_mask, [int(c) for c in tree.root_counts])], np.int64)
             self.counts.append((up, rc))
 
-    def step(self, x: torch.Tensor, e: int) -> torch.Tensor:
+    def step(self, x: torch.Tensor, e: int, scale: torch.Tensor | None = None) -> torch.Tensor:
         """x (fresh local partial sums) plus the stale remote contributions; starts this epoch's sends."""
         from gdsl.dist.comm import mpi
-        tree, b = self.tree, e % self.r
-        if (e - self.r) in self.sent:  # what bin b started r epochs ago has arrived
-            reqs, bufs = self.sent.pop(e - self.r)
+        tree, b, r = self.tree, e % self.r, self.r
+        if (e - r) in self.sent:  # what bin b started r epochs ago has arrived
+            reqs, bufs = self.sent.pop(e - r)
             t0 = time.perf_counter()
             mpi().Request.Waitall(reqs)
             self.comm.stats.add("wait", self.label + " (delayed)", 0, 0, time.perf_counter() - t0)
             self.root_in[b] = bufs["up"]
             if "down" in bufs:
-                self.leaf_in[b] = bufs["down"]
+                # the root's total of epoch e - r holds what my leaves sent in epoch e - 2r
+                self.leaf_in[b] = bufs["down"] - self.own_sent.pop(e - 2 * r)
         out = x.clone()
+        if scale is not None:
+            mult = scale.clone()
+            for bb in self.root_in:
+                mult[tree.root_all[self.bins[bb][1]]] = 1.0
+            for bb in self.leaf_in:
+                mult[tree.leaf_all[self.bins[bb][0]]] = 1.0
+            out = out * mult.reshape((-1,) + (1,) * (x.dim() - 1))
         for bb, buf in self.root_in.items():
             out.index_add_(0, tree.root_all[self.bins[bb][1]], buf)
         leaf_mask, root_mask = self.bins[b]
         up, rc = self.counts[b]
         row = int(np.prod(x.shape[1:], dtype=np.int64)) if x.dim() > 1 else 1
         up_send = x.index_select(0, tree.leaf_all[leaf_mask]).contiguous()
+        self.own_sent[e] = up_send
         up_recv = x.new_empty((int(rc.sum()),) + tuple(x.shape[1:]))
         reqs = [self._ialltoallv(up_send, up, up_recv, rc, row, "leaf->root")]
-        bufs = {"up": up_recv, "keep": up_send}
+        bufs = {"up": up_recv}
         if b in self.root_in:
             down_send = out.index_select(0, tree.root_all[root_mask]).contiguous()
             down_recv = x.new_empty((int(up.sum()),) + tuple(x.shape[1:]))
             reqs.append(self._ialltoallv(down_send, rc, down_recv, up, row, "root->leaf"))
-            bufs.update(down=down_recv, keep2=down_send)
+            bufs.update(down=down_recv, keep=down_send)
         self.sent[e] = (reqs, bufs)
         for bb, buf in self.leaf_in.items():
-            out.index_copy_(0, tree.leaf_all[self.bins[bb][0]], buf)
+            out.index_add_(0, tree.leaf_all[self.bins[bb][0]], buf)
         return out
 
     def _ialltoallv(self, send, sc, recv, rc, row, what):
@@ -419,20 +437,23 @@ class DelayPipe:
 
 
 class Delayed(torch.autograd.Function):
-    """cd-r: the forward adds stale remote partial aggregates (DelayPipe); they
-    are constants for the gradient, so the backward passes the gradient to
-    the local partial only.
+    """cd-r: the forward adds stale remote partial aggregates (DelayPipe); the
+    backward combines the replicas' gradients through the tree at once
+    (cd-0's backward exchange, blocking), i.e. the remote contributions are
+    differentiated as if they were current.
 
-    Measured alternatives (GCN on Cora at P = 4, seeds 0-2, test accuracy;
-    exact 0.795 / 0.810 / 0.799): this rule, cd-2 0.774 / 0.790 / 0.794 and
-    cd-5 0.762 / 0.793 / 0.792; combining the backward at once (cd-0's
-    backward), cd-5 0.798 / 0.675 / 0.809; delaying the backward through a
-    second pipeline, cd-5 0.587 / 0.462 / 0.683."""
+    Measured alternatives (GCN, Cora, P = 4, 200 epochs, seeds 0-2, final
+    test accuracy; exact 0.795 / 0.810 / 0.799): remote contributions as
+    constants (the backward sees local edges only), cd-2 0.768 / 0.792 /
+    0.790, cd-5 0.766 / 0.789 / 0.785, no better than 0c: the gradient of a
+    split vertex's output never reaches its remote in-neighbours; the
+    gradients delayed through a second DelayPipe, cd-5 0.698 / 0.683 / 0.753."""
 
     @staticmethod
-    def forward(ctx, x, fwd: DelayPipe, epoch: int):
-        return fwd.step(x.detach().contiguous(), epoch)
+    def forward(ctx, x, fwd: DelayPipe, epoch: int, scale, label: str):
+        ctx.tree, ctx.label = fwd.tree, label
+        return fwd.step(x.detach().contiguous(), epoch, scale)
 
     @staticmethod
     def backward(ctx, g):
-        return g, None, None
+        return ctx.tree._run(g.contiguous(), ctx.label + " bwd", "sum"), None, None, None, None

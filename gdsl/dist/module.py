@@ -118,6 +118,10 @@ class DistModule(ReferenceModule):
             self.stages = [(int(q), int(starts[q + 1] - starts[q])) for q in part.extra["stage_blocks"]]
         if strategy == "vertex_cut":
             self._tree = fn.SplitCombine(comm, part.send_idx, part.recv_idx)
+            if self.spec.delay != 0:
+                self._partial_scale = self._make_partial_scale()
+            if self.spec.delay == "none":
+                self._replicas = self._replica_counts()
         if strategy == "redistribute":
             # RDM §III-E: grid row i = ranks i R_A .. i R_A + R_A - 1 (row panel i of A),
             # grid column j = the ranks holding column slice j of every panel
@@ -532,19 +536,52 @@ class DistModule(ReferenceModule):
             # weights is measured with complete aggregates
             return self._tree.exact(partial, label, reduce)
         if delay == "none":
-            return partial  # 0c: remote partial aggregates ignored
-        return self._delayed(partial, reduce, op, label)
+            # 0c: remote partial aggregates ignored; a sum over the local in-edges
+            # stands for the sum over all of them (`_make_partial_scale`)
+            return partial * self._scale_for(partial, to) if reduce == "sum" else partial
+        return self._delayed(partial, reduce, op, label, to)
 
-    def _delayed(self, partial: torch.Tensor, reduce: str, op: Op, label: str) -> torch.Tensor:
+    def _make_partial_scale(self) -> dict[str, torch.Tensor]:
+        """Per local row: all its in-edges (out-edges for `to = src`) over the
+        ones in this partition. An approximate vertex-cut plan multiplies a
+        split vertex's partial sum by it while no remote contribution is
+        available (0c always, cd-r until the first one arrives), so the
+        partial estimates the complete sum (unbiased were the edges placed at
+        random) and a mean stays a mean over the local neighbours; DistGNN's
+        own implementation divides its mean aggregation by the local in-degree
+        under 0c. Rows whose edges are all local get exactly 1."""
+        n = self.part.n_local
+        out = {}
+        for to, loc, glob in (("dst", self.part.dst, self.part.in_degree), ("src", self.part.src, self.part.out_degree)):
+            local = torch.bincount(torch.from_numpy(np.asarray(loc, np.int64)), minlength=n).double()
+            whole = torch.from_numpy(np.asarray(glob, np.float64))
+            out[to] = torch.where(local > 0, whole / local.clamp(min=1), torch.ones_like(local)).float()
+        return out
+
+    def _scale_for(self, partial: torch.Tensor, to: str) -> torch.Tensor:
+        return self._partial_scale[to].reshape((-1,) + (1,) * (partial.dim() - 1))
+
+    def _replica_counts(self) -> torch.Tensor:
+        """How many partitions hold each of my rows (one all-reduce of N
+        counts at start-up, not in the per-epoch accounting)."""
+        from gdsl.dist.comm import mpi
+        counts = np.zeros(self.part.num_nodes, np.float64)
+        counts[self.part.owned_rows] = 1.0
+        if self.comm.size > 1:
+            self.comm.comm.Allreduce(mpi().IN_PLACE, counts, op=mpi().SUM)
+        return torch.from_numpy(counts[self.part.owned_rows]).float()
+
+    def _delayed(self, partial: torch.Tensor, reduce: str, op: Op, label: str, to: str) -> torch.Tensor:
         """DistGNN cd-r (§5.3, Algorithm 4) on this aggregation's forward (see
-        `fn.DelayPipe`); remote contributions are constants for the gradient (`fn.Delayed`)."""
+        `fn.DelayPipe`); the backward combines the gradients at once (`fn.Delayed`)."""
         if reduce != "sum":
             raise GdslError(f"{label}: delayed aggregation (cd-r) is implemented for sum and mean reductions, "
                             f"not {reduce}")
         if op not in self._delay_state:
             self._delay_state[op] = fn.DelayPipe(self._tree, self.row_gid, int(self.spec.delay), self.comm,
                                                  label + " fwd")
-        return fn.Delayed.apply(partial, self._delay_state[op], self.epoch)
+        return fn.Delayed.apply(partial, self._delay_state[op], self.epoch,
+                                self._partial_scale[to], label)
 
     def finish(self) -> None:
         """Complete outstanding delayed collectives (before exit or a checkpoint)."""
@@ -593,19 +630,31 @@ class DistModule(ReferenceModule):
             raise GdslError("the program has no train block with a loss")
         rows = self._loss_rows()
         total = self.comm.allreduce_scalars([float(rows.sum())])[0]
+        weight = None
+        if self.training and getattr(self, "_replicas", None) is not None:
+            # 0c: each partition trains on its own graph, so every replica of a
+            # labelled vertex carries the loss on its own (partial) neighbourhood,
+            # weighted 1 / replicas: each vertex still weighs 1 in the total
+            mask = self.graph.masks.get(op.attrs["mask"]) if op.attrs["mask"] != "all" else None
+            rows = torch.ones_like(self.counted) if mask is None else mask.clone()
+            weight = 1.0 / self._replicas[rows]
         target = self.graph.labels[rows]
         o = out[rows]
         fn_ = op.attrs["fn"]
+        red = "sum" if weight is None else "none"
         if fn_ == "cross_entropy":
-            s = F.cross_entropy(o, target, reduction="sum")
+            s = F.cross_entropy(o, target, reduction=red)
         elif fn_ == "nll":
-            s = F.nll_loss(o, target, reduction="sum")
+            s = F.nll_loss(o, target, reduction=red)
         elif fn_ == "bce":
             s = F.binary_cross_entropy_with_logits(o.reshape(target.shape[0], -1).squeeze(-1), target.float(),
-                                                   reduction="sum")
+                                                   reduction=red)
         else:
             o2 = o.reshape(target.shape[0], -1)
-            s = F.mse_loss(o2, target.to(o.dtype).reshape(o2.shape), reduction="sum") / max(1, o2.shape[1])
+            s = F.mse_loss(o2, target.to(o.dtype).reshape(o2.shape), reduction=red)
+            s = s.sum(-1) / max(1, o2.shape[1]) if red == "none" else s / max(1, o2.shape[1])
+        if weight is not None:
+            s = (s * weight).sum()
         return s / max(total, 1.0)
 
     def sync_grads(self) -> None:
