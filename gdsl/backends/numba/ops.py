@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 
 import numpy as np
 import torch
@@ -48,6 +49,10 @@ _DUMMY: dict = {}
 # source rows fit in cache).  So blocking is kept, in "auto" mode: only for
 # copy_src / mul sum (and mean) aggregation, only when the active rows of x
 # exceed half the last-level cache, with blocks of half the last-level cache.
+# Since software prefetch (PREFETCH below), auto mode no longer blocks
+# copy_src sum / mean where it prefetches: re-measured with the unrolled
+# kernel of today, the blocked kernel was 1.6-2.8x slower than the
+# prefetched unblocked one on uniform100k and rmat1m (bench/PREFETCH.md).
 CACHE_BLOCKING = "auto"   # "off" | "auto" | "on"; see set_cache_blocking
 _BLOCK_OVERRIDE: int | None = None
 
@@ -98,6 +103,52 @@ def block_size_for(csr: CSR, row_bytes: int) -> int | None:
     if block >= n_src:
         return None
     return max(block, 1)
+
+
+# --------------------------------------------------------------------------
+# software prefetch of the gathered rows (codegen.PREFETCH_DISTANCE)
+# --------------------------------------------------------------------------
+# Measured (bench/PREFETCH.md): copy_src sum, f = 128 float32, 2 threads,
+# interleaved A/B on the shared VM, the kernels alone: uniform100k (x 51 MB)
+# unprefetched 68 ms, prefetched 46-48 ms, cache-blocked (the old auto
+# choice) slower than both; rmat1m (x 512 MB, 286 MB active) 612 / 380-400
+# ms, blocked 1.5-2.8x the prefetched time; blocked + prefetch was worse
+# than blocked (the prefetched slots j + 16 lie in other blocks).  On
+# graphs whose x fits the cache the effect is within noise (uniform20k,
+# rmat20k: 0.9-1.05x), so "auto" prefetches copy_src sum / mean only where
+# the cache model would block (active rows of x over half the last-level
+# cache) and x is at least PREFETCH_MIN_BYTES, and then does not block.
+# (Below that size, on a machine with a small cache, blocking was not
+# measured against prefetching and the blocking model still decides.)
+# "on" prefetches in every unblocked sum of a message that reads x
+# (copy_src, add, sub, mul, div), at any size, and leaves the blocking
+# decision to CACHE_BLOCKING alone (the blocked kernel never prefetches);
+# "off" never prefetches.  $GDSL_NUMBA_PREFETCH sets the initial mode.
+PREFETCH = os.environ.get("GDSL_NUMBA_PREFETCH", "auto")
+PREFETCH_MIN_BYTES = 16 << 20
+
+
+def set_prefetch(mode: str) -> str:
+    """mode "auto" (default), "on" or "off" (see PREFETCH); returns the previous mode."""
+    global PREFETCH
+    if mode not in ("off", "auto", "on"):
+        raise ValueError(f"prefetch mode must be off, auto or on, got {mode!r}")
+    prev, PREFETCH = PREFETCH, mode
+    return prev
+
+
+def _prefetch_plan(csr: CSR, msg: str, row_bytes: int, n_src: int) -> int:
+    """Lines to prefetch per gathered row (0: none) for a sum aggregation."""
+    if PREFETCH == "off" or msg == "copy_edge" or csr.num_edges == 0:
+        return 0
+    if PREFETCH == "on":
+        return codegen.prefetch_lines(row_bytes)
+    if msg != "copy_src" or n_src * row_bytes < PREFETCH_MIN_BYTES:
+        return 0
+    # block_size_for's model (without a forced block size): the active
+    # source rows outgrow half the last-level cache
+    active_bytes = (csr.max_col() + 1) * max(1e-9, csr.active_fraction()) * row_bytes
+    return codegen.prefetch_lines(row_bytes) if active_bytes > _cache_bytes() // 2 else 0
 
 
 # --------------------------------------------------------------------------
@@ -239,10 +290,14 @@ def agg_raw(csr: CSR, x2: torch.Tensor | None, w2: torch.Tensor | None, msg: str
     outa = out.numpy().reshape(shp(csr.nrows))
     arga = arg.numpy().reshape(shp(csr.nrows)) if maxmin else _dummy(csr.eid.dtype, len(shp(0)))
     flags = {"wperm": bool(wperm), "xscale": xs is not None, "rscale": rs is not None}
+    row_bytes = F * np.dtype(npdt).itemsize
+    pf = 0 if maxmin else _prefetch_plan(csr, msg, row_bytes, xa.shape[0])
+    # auto prefetch replaces auto blocking (see PREFETCH)
+    instead_of_blocking = bool(pf) and PREFETCH == "auto" and CACHE_BLOCKING == "auto"
     block = None
     if (not maxmin and msg in ("copy_src", "mul") and CACHE_BLOCKING != "off"
-            and csr.num_edges > 0 and csr.nrows > 0):
-        block = block_size_for(csr, F * np.dtype(npdt).itemsize)
+            and csr.num_edges > 0 and csr.nrows > 0 and not instead_of_blocking):
+        block = block_size_for(csr, row_bytes)
         if CACHE_BLOCKING == "on" and block is None:
             block = max(1, csr.nrows)
     work = (csr.num_edges + csr.nrows) * F
@@ -251,6 +306,8 @@ def agg_raw(csr: CSR, x2: torch.Tensor | None, w2: torch.Tensor | None, msg: str
         k = get_kernel("aggregate", msg=msg, reduce="sum", bcast=bcast, blocked=True, **flags)
         _launch(k, work, csr.chunks, csr.blocked(block), csr.indices, csr.eid, *args)
     else:
+        if pf:
+            flags["prefetch"] = pf
         k = get_kernel("aggregate", msg=msg, reduce=reduce, bcast=bcast, **flags)
         _launch(k, work, csr.chunks, csr.indptr, csr.indices, csr.eid, *args)
     return out, arg
