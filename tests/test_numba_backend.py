@@ -153,3 +153,42 @@ def test_dropout_falls_back_when_masks_differ(monkeypatch):
     nb.train()
     torch.testing.assert_close(nb(), ref(), rtol=1e-4, atol=1e-5)
     assert nb._exact and not any(nb._exact.values())
+
+
+@pytest.mark.parametrize("path", PROGRAMS, ids=[p.stem for p in PROGRAMS])
+def test_reused_output_mappings_hold_no_stale_values(path, monkeypatch):
+    """Outputs in huge-page mappings are recycled (ops._FREE_MAPPINGS): a
+    second forward and backward whose outputs land in the first one's freed
+    mappings (filled with NaN here) must still equal the reference, so no
+    kernel may count on fresh, zeroed memory."""
+    from gdsl.backends.numba import ops
+    monkeypatch.setattr(ops, "HUGE_ALLOC_BYTES", 1)
+    monkeypatch.setattr(ops, "FREE_MAPPINGS_PER_SIZE", 10_000)
+    monkeypatch.setattr(ops, "_FREE_MAPPINGS", {})
+    release = ops._release_mapping
+
+    def poisoned(nbytes, m):  # a recycled mapping reads as NaN wherever a kernel does not write
+        m.seek(0)
+        m.write(b"\xff" * len(m))
+        release(nbytes, m)
+
+    monkeypatch.setattr(ops, "_release_mapping", poisoned)
+    src = path.read_text()
+    g = _graph_for(src, seed=5)
+    prog = gdsl.compile(src, **({"hidden": 8} if "hidden" in src else {}))
+    ref = prog.module(g, backend="reference")
+    nb = prog.module(g, backend="numba")
+    nb.load_state_dict(ref.state_dict())
+    ref.eval()
+    nb.eval()
+    a = ref()
+    ga = torch.autograd.grad((a * a).sum(), list(ref.parameters()), allow_unused=True)
+    for _ in range(2):
+        b = nb()
+        gb = torch.autograd.grad((b * b).sum(), list(nb.parameters()), allow_unused=True)
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+        for x, y in zip(ga, gb):
+            if x is not None and y is not None:
+                torch.testing.assert_close(y, x, rtol=1e-4, atol=1e-5)
+        del b, gb
+    assert ops._FREE_MAPPINGS, "no output went through a recycled mapping"
