@@ -206,7 +206,8 @@ def _dummy(dt, ndim: int = 2) -> np.ndarray:
 # 1M x 128; the kernels themselves write it in 1.5 / 15 ms).  Outputs of at
 # least this many bytes are placed in their own anonymous mapping with
 # madvise(MADV_HUGEPAGE), 2 MiB aligned: one fault per 2 MiB (measured 10x
-# cheaper).  The mapping is released with the last tensor that uses it.
+# cheaper).  When the last tensor using a mapping dies, the mapping goes to
+# a free list for the next output of its size (_FREE_MAPPINGS below).
 HUGE_ALLOC_BYTES = 8 << 20
 _HUGE = 2 << 20
 _huge_ok = [hasattr(__import__("mmap"), "MADV_HUGEPAGE")]
