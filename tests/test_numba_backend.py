@@ -23,16 +23,22 @@ def _graph_for(src: str, seed=11):
     return g
 
 
-@pytest.mark.parametrize("path", PROGRAMS, ids=[p.stem for p in PROGRAMS])
-def test_numba_equals_reference(path):
+def _eval_pair(path: Path, seed: int = 11):
+    """The program on a small random graph, reference and numba modules with the same weights, in eval mode."""
     src = path.read_text()
-    g = _graph_for(src)
+    g = _graph_for(src, seed=seed)
     prog = gdsl.compile(src, **({"hidden": 8} if "hidden" in src else {}))
     ref = prog.module(g, backend="reference")
     nb = prog.module(g, backend="numba")
     nb.load_state_dict(ref.state_dict())
     ref.eval()
     nb.eval()
+    return ref, nb
+
+
+@pytest.mark.parametrize("path", PROGRAMS, ids=[p.stem for p in PROGRAMS])
+def test_numba_equals_reference(path):
+    ref, nb = _eval_pair(path)
     a, b = ref(), nb()
     torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
     w = torch.randn_like(a)
@@ -173,14 +179,7 @@ def test_reused_output_mappings_hold_no_stale_values(path, monkeypatch):
         release(nbytes, m)
 
     monkeypatch.setattr(ops, "_release_mapping", poisoned)
-    src = path.read_text()
-    g = _graph_for(src, seed=5)
-    prog = gdsl.compile(src, **({"hidden": 8} if "hidden" in src else {}))
-    ref = prog.module(g, backend="reference")
-    nb = prog.module(g, backend="numba")
-    nb.load_state_dict(ref.state_dict())
-    ref.eval()
-    nb.eval()
+    ref, nb = _eval_pair(path, seed=5)
     a = ref()
     ga = torch.autograd.grad((a * a).sum(), list(ref.parameters()), allow_unused=True)
     for _ in range(2):
