@@ -391,7 +391,8 @@ class DelayPipe:
                 # the root's total of epoch e - r holds what my leaves sent in epoch e - 2r
                 self.leaf_in[b] = bufs["down"] - self.own_sent.pop(e - 2 * r)
         out = x.clone()
-        if scale is not None:
+        if scale is not None and (len(self.root_in) < self.r or len(self.leaf_in) < self.r):
+            # some bin still waits for its first remote contribution (the first 2r epochs)
             mult = scale.clone()
             for bb in self.root_in:
                 mult[tree.root_all[self.bins[bb][1]]] = 1.0
