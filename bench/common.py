@@ -143,10 +143,11 @@ def run_ops(ops, make, meta: dict, *, estimate=None, cap_bytes: int, budgets: di
             load0 = loadavg()
             kind = "epoch" if op in EPOCH_OPS else "kernel"
             res = measure(fn, **budgets[kind])
+            peak = peak_bytes()   # the op's calls only: read before the check's own temporaries
             row.update(res)
             row["check"] = check() if check is not None else None
             row["rss_before_gib"] = round(base / GIB, 3)
-            row["peak_rss_gib"] = round(peak_bytes() / GIB, 3)
+            row["peak_rss_gib"] = round(peak / GIB, 3)
             row["loadavg"] = [load0, loadavg()]
             emit(row)
             log(f"  {meta.get('framework')} {meta.get('graph')} {op}: median {res['median_s'] * 1000:.1f} ms "

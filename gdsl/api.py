@@ -12,6 +12,7 @@ from gdsl.diagnostics import GdslError
 from gdsl.graph.graph import Graph
 from gdsl.ir.printer import print_module
 from gdsl.runtime.binding import bind_dims
+from gdsl.runtime.memory import release_free_heap
 
 BACKENDS = ("reference", "numba", "triton")
 
@@ -70,14 +71,17 @@ class Program:
                 from gdsl.backends.numba.module import NumbaModule
             except ImportError as e:
                 raise GdslError(f"backend 'numba' needs the numba package ({e}); pip install 'gdsl[numba]'") from None
-            return NumbaModule(bound.module, graph)
-        if backend == "triton":
+            m = NumbaModule(bound.module, graph)
+        elif backend == "triton":
             from gdsl.backends.triton import require_backend
             require_backend()   # GdslError without triton, or without a GPU and TRITON_INTERPRET=1
             from gdsl.backends.triton.module import TritonModule
-            return TritonModule(bound.module, graph)
-        from gdsl.backends.reference import ReferenceModule
-        return ReferenceModule(bound.module, graph)
+            m = TritonModule(bound.module, graph)
+        else:
+            from gdsl.backends.reference import ReferenceModule
+            m = ReferenceModule(bound.module, graph)
+        release_free_heap()   # binding's temporaries (edge lists, sort keys): gdsl/runtime/memory.py
+        return m
 
 
 def compile(program: str | Path, *, train: str | None = None, **overrides: Any) -> Program:  # noqa: A001

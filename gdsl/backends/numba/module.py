@@ -224,10 +224,11 @@ def plan_fusion(module: Module) -> tuple[dict[Op, tuple], set[Op]]:
 
 
 class NumbaModule(ReferenceModule):
+    uses_torch_sparse = False   # the kernels replace the reference's torch.sparse path
+
     def __init__(self, module: Module, graph: Graph, fuse: bool = True) -> None:
         super().__init__(module, graph)
         self.csr = CSRGraph.build(self.gd.src, self.gd.dst, self.gd.num_nodes)
-        self._spmm = {}  # the kernels replace the reference's torch.sparse path
         self._kernels = {op: kernel_signature(op) for op in module.main.ops}
         for k in _DERIVED_EDGE_DATA:
             if k not in self.gd.graph.edata:

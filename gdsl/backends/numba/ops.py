@@ -25,6 +25,7 @@ from torch.autograd.function import once_differentiable
 from gdsl.backends.numba import codegen
 from gdsl.backends.numba.codegen import BINARY, MSGS, SDDMM_OPS, get_kernel
 from gdsl.backends.numba.graph import CSR, CSRGraph
+from gdsl.runtime.memory import on_release
 
 _FLOATS = (torch.float32, torch.float64)
 _NP = {torch.float32: np.float32, torch.float64: np.float64}
@@ -247,8 +248,11 @@ def _empty(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
 # madvise, a fault may compact memory first; measured on the bench VM, the
 # first calls of a 100k x 128 copy_src sum took 78-129 ms before settling at
 # 19-28 ms (31-42 ms with ordinary pages), and reusing the mapping avoids that.
+# Binding a new program drops them all (gdsl.runtime.memory.release_free_heap):
+# the sizes an earlier module used are dead weight for the next one.
 FREE_MAPPINGS_PER_SIZE = 1
 _FREE_MAPPINGS: dict[int, list] = {}
+on_release(_FREE_MAPPINGS.clear)
 
 
 def _release_mapping(nbytes: int, m) -> None:

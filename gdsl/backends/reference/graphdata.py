@@ -46,6 +46,29 @@ def eval_sympy(expr: sympy.Expr, env: dict[str, torch.Tensor]) -> torch.Tensor |
     raise NotImplementedError(f"cannot evaluate graph constant {expr}")
 
 
+class EdgeEnv(dict):
+    """Edge tensors by name: the graph's edge data, plus the per-edge degree
+    arrays (`src_degree`, ...) made on first use only: each is an E-long
+    tensor, and most programs read none or two of the four."""
+
+    def __init__(self, data: dict, derive: dict) -> None:
+        super().__init__(data)
+        self._derive = derive   # name -> () -> tensor
+
+    def __missing__(self, key):
+        make = self._derive.get(key)
+        if make is None:
+            raise KeyError(key)
+        v = self[key] = make()
+        return v
+
+    def __contains__(self, key) -> bool:
+        return dict.__contains__(self, key) or key in self._derive
+
+    def get(self, key, default=None):
+        return self[key] if key in self else default
+
+
 class GraphData:
     """The bound graph as the executor sees it (after the program's options)."""
 
@@ -57,11 +80,10 @@ class GraphData:
         self.src, self.dst = g.src, g.dst
         indeg, outdeg = g.in_degree(), g.out_degree()
         self.vertex_env = {"degree": indeg, "out_degree": outdeg}
-        self.edge_env = {
-            "src_degree": indeg[g.src], "dst_degree": indeg[g.dst],
-            "src_out_degree": outdeg[g.src], "dst_out_degree": outdeg[g.dst],
-            **g.edata,
-        }
+        self.edge_env = EdgeEnv(g.edata, {
+            "src_degree": lambda: indeg[g.src], "dst_degree": lambda: indeg[g.dst],
+            "src_out_degree": lambda: outdeg[g.src], "dst_out_degree": lambda: outdeg[g.dst],
+        })
 
     def vertex_const(self, expr) -> torch.Tensor:
         v = eval_sympy(expr, self.vertex_env)

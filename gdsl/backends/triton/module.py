@@ -100,6 +100,8 @@ def plan_fusion(module: Module) -> tuple[dict[Op, tuple], set[Op]]:
 
 
 class TritonModule(ReferenceModule):
+    uses_torch_sparse = False   # the kernels replace the reference's torch.sparse path
+
     def __init__(self, module: Module, graph: Graph, device=None, fuse: bool = True, output_device="graph") -> None:
         super().__init__(module, graph)
         from gdsl.backends.triton.graph import TritonGraph
@@ -109,7 +111,6 @@ class TritonModule(ReferenceModule):
         self.output_device = (feats.device if feats is not None else torch.device("cpu")) \
             if output_device == "graph" else output_device
         self.tg = TritonGraph.build(self.gd.src, self.gd.dst, self.gd.num_nodes, self.device)
-        self._spmm = {}  # the kernels replace the reference's torch.sparse path
         self._kernels = {op: kernel_signature(op) for op in module.main.ops}
         self._fused, self._skip = plan_fusion(module) if fuse else ({}, set())
         drop_fusions(self._fused, self._skip, self._lin_anchor, self._lin_skip)
