@@ -325,6 +325,28 @@ def test_cache_blocked_aggregate():
         set_cache_blocking(*prev)
 
 
+@pytest.mark.parametrize("chunk", [1, 3, 50, 1 << 21])
+def test_block_pointers_in_row_runs(monkeypatch, chunk):
+    """CSR.blocked builds its pointers over runs of rows (chunk = slots per
+    run; 1 and 3 split the hub's row, wider than a run, and the empty rows):
+    bptr[b, r] = first slot of row r whose endpoint is at least b * block."""
+    import gdsl.backends.numba.graph as ngraph
+
+    monkeypatch.setattr(ngraph, "BLOCKED_CHUNK_EDGES", chunk)
+    for gr in (SMALL, HUB):
+        fresh = CSRGraph.build(gr.src, gr.dst, gr.n)
+        csr = fresh.in_csr
+        for block in (1, 4, 7, 100):
+            bp = csr.blocked(block)
+            nb = bp.shape[0] - 1
+            assert nb == -(-(csr.max_col() + 1) // block)
+            for r in range(csr.nrows):
+                s, e = int(csr.indptr[r]), int(csr.indptr[r + 1])
+                cols = csr.indices[s:e]
+                want = [s + int(np.searchsorted(cols, b * block)) for b in range(nb)] + [e]
+                assert bp[:, r].tolist() == want
+
+
 def test_cache_blocking_auto_follows_the_cache_model(monkeypatch):
     """auto mode blocks only when the active source rows outgrow half the
     last-level cache; pretend the cache holds 8 rows of the hub's x."""
@@ -744,3 +766,62 @@ def test_cache_blocked_with_scales_and_permuted_edge_data(_warm_fused):
                 torch.testing.assert_close(aggregate(gr.g, x, None, "copy_src", "mean", to, xscale=xs), want)
     finally:
         set_cache_blocking(*prev)
+
+
+def test_prefetching_kernels_agree_with_the_reference():
+    """Prefetch forced on (auto uses it only on large graphs): every message
+    that reads x, sum and mean, both directions, with the fused scales and
+    CSR-ordered edge data."""
+    prev = nops.set_prefetch("on")
+    prev_b = set_cache_blocking("off")
+    try:
+        for gr in (SMALL, HUB):
+            for kind, msg in (("copy_src", "copy_src"), ("scalar", "mul"), ("head", "mul"), ("full", "add"),
+                              ("full", "div")):
+                x, w = make_inputs(gr, kind, msg, F64, seed=21)
+                if msg == "div":
+                    w = w.abs() + 0.5
+                for to in ("dst", "src"):
+                    for reduce in ("sum", "mean"):
+                        torch.testing.assert_close(aggregate(gr.g, x, w, msg, reduce, to),
+                                                   ref_aggregate(gr, x, w, msg, reduce, to))
+            x, w = make_inputs(gr, "scalar", "mul", F64, seed=22)
+            gen = torch.Generator().manual_seed(23)
+            xs = torch.rand(gr.n, generator=gen, dtype=F64) + 0.5
+            os_ = torch.rand(gr.n, generator=gen, dtype=F64) + 0.5
+            for to in ("dst", "src"):
+                wp = nops.permute_edge_data(gr.g, w, to)
+                want = ref_aggregate(gr, x * _pad(xs, x.dim()), w, "mul", "sum", to) * _pad(os_, x.dim())
+                got = aggregate(gr.g, x, w, "mul", "sum", to, xscale=xs, oscale=os_, w_perm=wp)
+                torch.testing.assert_close(got, want)
+        # kernel names end in f<lines prefetched per row> (codegen.agg_name)
+        import re
+        assert any(re.match(r"aggregate_mul_sum_\w*f\d+\[", k) for k in COMPILE_TIMES)
+    finally:
+        nops.set_prefetch(prev)
+        set_cache_blocking(*prev_b)
+
+
+@pytest.mark.parametrize("msg", ["copy_src", "mul"])
+def test_auto_prefetches_instead_of_blocking_large_sources(monkeypatch, msg):
+    """auto: where the cache model would block (active rows of x over half
+    the cache) and x is large, copy_src and mul sums prefetch and do not block."""
+    x, w = make_inputs(HUB, "scalar", "mul", F64, seed=24)
+    w = w if msg == "mul" else None
+    row = x[0].numel() * 8
+    monkeypatch.setattr(nops, "_cache_bytes", lambda: 16 * row)
+    monkeypatch.setattr(nops, "PREFETCH_MIN_BYTES", 0)
+    csr = HUB.g.in_csr
+    used = []
+    real = csr.blocked
+    monkeypatch.setattr(csr, "blocked", lambda b: used.append(b) or real(b))
+    plan = []
+    real_plan = nops._prefetch_plan
+    monkeypatch.setattr(nops, "_prefetch_plan", lambda *a: plan.append(real_plan(*a)) or plan[-1])
+    prev, prev_b = nops.set_prefetch("auto"), set_cache_blocking("auto")
+    try:
+        torch.testing.assert_close(aggregate(HUB.g, x, w, msg, "sum"), ref_aggregate(HUB, x, w, msg, "sum", "dst"))
+        assert plan and plan[-1] > 0 and used == []
+    finally:
+        nops.set_prefetch(prev)
+        set_cache_blocking(*prev_b)
