@@ -299,6 +299,59 @@ def test_aggregate_rejects_bad_shapes():
         aggregate(SMALL.g, x[:3], w, "mul", "sum")
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_csr_construction_equals_a_stable_sort(seed):
+    """The counting-sort CSR build gives the slots of a stable sort on
+    (row, endpoint): repeated edges (in edge-id order), a 300-edge hub row
+    (the argsort branch), short unsorted rows (insertion) and empty rows."""
+    gen = np.random.default_rng(seed)
+    n = 60
+    src = np.concatenate([gen.integers(0, n, 700), gen.integers(0, n, 300), np.full(40, 3)])
+    dst = np.concatenate([gen.integers(0, n - 5, 700), np.full(300, 7), gen.integers(0, 4, 40)])
+    g = CSRGraph.build(torch.from_numpy(src), torch.from_numpy(dst), n)
+    for csr, rows, cols in ((g.in_csr, dst, src), (g.out_csr, src, dst)):
+        order = np.argsort(rows * n + cols, kind="stable")
+        assert np.array_equal(csr.indptr, np.concatenate([[0], np.cumsum(np.bincount(rows, minlength=n))]))
+        assert np.array_equal(csr.indices, cols[order]) and np.array_equal(csr.eid, order)
+        assert csr.indices.dtype == np.int32 and csr.eid.dtype == np.int32
+    g64 = CSRGraph.build(torch.from_numpy(src), torch.from_numpy(dst), n, index_dtype=np.int64)
+    assert np.array_equal(g64.in_csr.eid, g.in_csr.eid) and g64.in_csr.eid.dtype == np.int64
+
+
+def test_permuted_edge_data_makes_the_backward_order_on_first_use():
+    g = CSRGraph.build(HUB.src, HUB.dst, HUB.n)
+    x, w = make_inputs(HUB, "scalar", "mul", F64, seed=31)
+    wp = nops.permute_edge_data(g, w, "dst")
+    with torch.no_grad():
+        out = aggregate(g, x, w, "mul", "sum", w_perm=wp)
+    assert wp._orders[1] is None and g._out is None      # forward only: no reverse order, no out-CSR
+    torch.testing.assert_close(out, ref_aggregate(HUB, x, w, "mul", "sum", "dst"))
+    x.requires_grad_(True)
+    aggregate(g, x, w, "mul", "sum", w_perm=wp).sum().backward()
+    assert wp._orders[1] is not None
+    assert torch.equal(wp[1], w[torch.from_numpy(g.out_csr.eid).long()])
+    xr = x.detach().clone().requires_grad_(True)
+    ref_aggregate(HUB, xr, w, "mul", "sum", "dst").sum().backward()
+    torch.testing.assert_close(x.grad, xr.grad)
+
+
+def test_csrs_are_built_on_first_use():
+    """A forward aggregation to dst builds only the in-CSR; the backward (or
+    to=src) builds the out-CSR; the results equal an eagerly built graph's."""
+    g = CSRGraph.build(HUB.src, HUB.dst, HUB.n)
+    assert g._in is None and g._out is None and "built=none" in repr(g)
+    x, _ = make_inputs(HUB, "copy_src", "copy_src", F64)
+    x.requires_grad_(True)
+    out = aggregate(g, x, None, "copy_src", "sum")
+    assert g._in is not None and g._out is None
+    out.sum().backward()
+    assert g._out is not None
+    torch.testing.assert_close(out, ref_aggregate(HUB, x, None, "copy_src", "sum", "dst"))
+    for a, b in ((g.in_csr, HUB.g.in_csr), (g.out_csr, HUB.g.out_csr)):
+        assert np.array_equal(a.indptr, b.indptr) and np.array_equal(a.indices, b.indices)
+        assert np.array_equal(a.eid, b.eid) and np.array_equal(a.chunks, b.chunks)
+
+
 def test_int64_indices():
     g64 = CSRGraph.build(HUB.src, HUB.dst, HUB.n, index_dtype=np.int64)
     assert g64.in_csr.indices.dtype == np.int64 and HUB.g.in_csr.indices.dtype == np.int32

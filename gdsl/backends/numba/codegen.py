@@ -605,6 +605,59 @@ def gen_gat() -> tuple[str, str]:
     return "gat", "\n".join(fwd) + "\n\n\n" + "\n".join(bwd) + "\n"
 
 
+def gen_csr_fill() -> tuple[str, str]:
+    """Building one CSR without an E-long sort key: a counting sort of the
+    edges by row (serial: one pass, writes at the rows' cursors), then each
+    row's slots sorted by the other endpoint, stably (equal endpoints keep
+    edge-id order: the order of a stable sort on (row, endpoint))."""
+    scatter = [
+        "@njit(cache=True)",
+        "def csr_scatter(rows, cols, indptr, indices, eid):",
+        '    """Slots of row r: its edges in edge-id order."""',
+        "    pos = indptr[:-1].astype(np.int64)",
+        "    for e in range(rows.shape[0]):",
+        "        r = rows[e]",
+        "        p = pos[r]",
+        "        indices[p] = cols[e]",
+        "        eid[p] = e",
+        "        pos[r] = p + 1",
+    ]
+    sort = [
+        _DECOR,
+        "def csr_sort_rows(chunks, indptr, indices, eid):",
+        '    """Each row\'s slots by the other endpoint, stably."""',
+        "    for c in prange(chunks.shape[0] - 1):",
+        "        for r in range(chunks[c], chunks[c + 1]):",
+        "            s = indptr[r]",
+        "            t = indptr[r + 1]",
+        "            ordered = True",
+        "            for j in range(s + 1, t):",
+        "                if indices[j] < indices[j - 1]:",
+        "                    ordered = False",
+        "                    break",
+        "            if ordered:",
+        "                continue",
+        "            if t - s <= 16:",
+        "                for j in range(s + 1, t):",
+        "                    ci = indices[j]",
+        "                    ce = eid[j]",
+        "                    k = j - 1",
+        "                    while k >= s and indices[k] > ci:",
+        "                        indices[k + 1] = indices[k]",
+        "                        eid[k + 1] = eid[k]",
+        "                        k -= 1",
+        "                    indices[k + 1] = ci",
+        "                    eid[k + 1] = ce",
+        "            else:",
+        "                o = np.argsort(indices[s:t], kind='mergesort')",
+        "                ci = indices[s:t][o]",
+        "                ce = eid[s:t][o]",
+        "                indices[s:t] = ci",
+        "                eid[s:t] = ce",
+    ]
+    return "csr_fill", "\n".join(scatter) + "\n\n\n" + "\n".join(sort) + "\n"
+
+
 def _generate(op: str, sig: dict) -> tuple[str, str, str]:
     """(module name, title, body) for one op signature."""
     sig = dict(sig)
@@ -635,6 +688,9 @@ def _generate(op: str, sig: dict) -> tuple[str, str, str]:
         from gdsl.backends.numba.codegen_dense import gen_epilogue
         name, body = gen_epilogue(sig.pop("act", "none"), bool(sig.pop("bias", False)), bool(sig.pop("drop", False)))
         title = f"gdsl numba kernels: fused layer epilogue {name} (forward, backward)"
+    elif op == "csr_fill":
+        name, body = gen_csr_fill()
+        title = "gdsl numba kernels: CSR construction (counting sort by row, then each row by endpoint)"
     elif op in ("gat", "gat_aggregate"):
         name, body = gen_gat()
         title = "gdsl numba kernels: fused GAT aggregation (forward, backward)"

@@ -505,7 +505,7 @@ def _maxmin_backward(arg, csr: CSR, G, x2, w2, msg, bcast, H, D, need_x, need_w,
 
 def aggregate(g: CSRGraph, x: torch.Tensor | None, w: torch.Tensor | None, msg: str, reduce: str,
               to: str = "dst", *, xscale: torch.Tensor | None = None, oscale: torch.Tensor | None = None,
-              w_perm: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+              w_perm: "PermutedEdgeData | None" = None) -> torch.Tensor:
     """out[v] = REDUCE over the edges e = (u -> v) of MSG(x[u], w[e]) (to="dst"),
     or over the out-edges of u with x read at the destination (to="src").
 
@@ -547,15 +547,28 @@ def aggregate(g: CSRGraph, x: torch.Tensor | None, w: torch.Tensor | None, msg: 
     return _AggregateFn.apply(g, x, w, msg, reduce, to, info, xscale, oscale, w_perm)
 
 
-def permute_edge_data(g: CSRGraph, w: torch.Tensor, to: str = "dst") -> tuple[torch.Tensor, torch.Tensor]:
+class PermutedEdgeData:
     """A constant edge tensor in the slot order of the CSR that aggregates
-    `to` (forward) and of the reverse CSR (backward), so that the kernels
-    read it sequentially instead of at random edge ids."""
-    w = w.detach()
-    fwd, rev = g.csr(to), g.reverse_of(to)
-    f = w.index_select(0, torch.from_numpy(fwd.eid).to(torch.int64)).contiguous()
-    b = w.index_select(0, torch.from_numpy(rev.eid).to(torch.int64)).contiguous()
-    return f, b
+    `to` ([0], the forward) and of the reverse CSR ([1], the backward), so
+    that the kernels read it sequentially instead of at random edge ids.
+    Each order is made on first use: a forward-only run never needs [1], nor
+    the reverse CSR it is read from."""
+
+    def __init__(self, g: CSRGraph, w: torch.Tensor, to: str) -> None:
+        self.g, self.w, self.to = g, w.detach(), to
+        self._orders: list = [None, None]
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        t = self._orders[i]
+        if t is None:
+            csr = self.g.csr(self.to) if i == 0 else self.g.reverse_of(self.to)
+            t = self._orders[i] = self.w.index_select(0, torch.from_numpy(csr.eid)).contiguous()
+        return t
+
+
+def permute_edge_data(g: CSRGraph, w: torch.Tensor, to: str = "dst") -> PermutedEdgeData:
+    """`w` in CSR slot order, forward ([0]) and backward ([1]): PermutedEdgeData."""
+    return PermutedEdgeData(g, w, to)
 
 
 # --------------------------------------------------------------------------
