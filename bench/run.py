@@ -252,11 +252,17 @@ def write_report(path: Path, res: dict) -> None:
     L.append(f"Written by `python bench/run.py{' --quick' if res['quick'] else ''}` on {res['date']} "
              f"(wall time {res['wall_s'] / 60:.1f} min). gdsl at {res['gdsl_rev']}.")
     L.append("")
-    L.append(f"**All timings were taken on a shared {m['cpus']}-core VM** ({m['cpu']}, {m['memory']} memory, "
-             f"{m.get('hypervisor') or 'no'} hypervisor), every framework with {res['threads']} threads. "
-             "The machine was shared with other work while this ran (CPU pressure and load below), so times carry "
-             "noise; compare within a run, and see the CPU-time tables: where CPU time is close to wall time, the "
-             "process got about one core's worth of the two.")
+    load, threads = res.get("mean_load"), res["threads"]
+    # the bench's own process keeps `threads` runnable: a load above that is other work
+    busy = load is None or not load <= threads + 0.5   # (nan: unknown)
+    L.append(f"**All timings were taken on a {m['cpus']}-core VM** ({m['cpu']}, {m['memory']} memory, "
+             f"{m.get('hypervisor') or 'no'} hypervisor), every framework with {threads} threads. "
+             + ("The machine was shared with other work while this ran (CPU pressure and load below), so times "
+                "carry noise; compare within a run, and see the CPU-time tables: where CPU time is close to wall "
+                "time, the process got about one core's worth of the two."
+                if busy else
+                f"The mean load during the measurements ({load:.1f}) was no more than the bench's own {threads} "
+                "threads: no other work of note ran. A VM's neighbours still add noise; compare within a run."))
     L.append("")
     L.append("## Machine and versions")
     L.append("")
@@ -342,7 +348,7 @@ def write_report(path: Path, res: dict) -> None:
             L.append("gdsl numba, first call (the warm-up: JIT compilation, or a kernel cache hit) against the median: "
                      + "; ".join(f"{op} {fmt_t(a)} / {fmt_t(b)}" for op, a, b in firsts) + ".")
             L.append("")
-        L.append("Peak resident memory of the process during each op (GiB; includes the graph and features):")
+        L.append("Peak resident memory of the process during each op's calls (GiB; includes the graph and features; read before the result check, see bench/README.md):")
         L.append("")
         L.append("| op | " + " | ".join(LABEL[f] for f in fws) + " |")
         L.append("|" + "---|" * (1 + len(fws)))
