@@ -806,19 +806,26 @@ def test_cache_blocked_with_scales_and_permuted_edge_data(_warm_fused):
     prev = set_cache_blocking("on", 3)
     try:
         for gr in (SMALL, HUB):
-            x, w = make_inputs(gr, "scalar", "mul", F64, seed=14)
-            gen = torch.Generator().manual_seed(15)
-            xs = torch.rand(gr.n, generator=gen, dtype=F64) + 0.5
-            os_ = torch.rand(gr.n, generator=gen, dtype=F64) + 0.5
-            for to in ("dst", "src"):
-                wp = nops.permute_edge_data(gr.g, w, to)
-                want = ref_aggregate(gr, x * _pad(xs, x.dim()), w, "mul", "sum", to) * _pad(os_, x.dim())
-                got = aggregate(gr.g, x, w, "mul", "sum", to, xscale=xs, oscale=os_, w_perm=wp)
-                torch.testing.assert_close(got, want)
-                want = ref_aggregate(gr, x * _pad(xs, x.dim()), None, "copy_src", "mean", to)
-                torch.testing.assert_close(aggregate(gr.g, x, None, "copy_src", "mean", to, xscale=xs), want)
+            _check_scaled_permuted_mul(gr, seed=14, mean_too=True)
     finally:
         set_cache_blocking(*prev)
+
+
+def _check_scaled_permuted_mul(gr, seed: int, mean_too: bool = False) -> None:
+    """aggregate mul by CSR-ordered w with both fused scales (and copy_src
+    mean with the gathered-row scale) against the reference, both directions."""
+    x, w = make_inputs(gr, "scalar", "mul", F64, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    xs = torch.rand(gr.n, generator=gen, dtype=F64) + 0.5
+    os_ = torch.rand(gr.n, generator=gen, dtype=F64) + 0.5
+    for to in ("dst", "src"):
+        wp = nops.permute_edge_data(gr.g, w, to)
+        want = ref_aggregate(gr, x * _pad(xs, x.dim()), w, "mul", "sum", to) * _pad(os_, x.dim())
+        got = aggregate(gr.g, x, w, "mul", "sum", to, xscale=xs, oscale=os_, w_perm=wp)
+        torch.testing.assert_close(got, want)
+        if mean_too:
+            want = ref_aggregate(gr, x * _pad(xs, x.dim()), None, "copy_src", "mean", to)
+            torch.testing.assert_close(aggregate(gr.g, x, None, "copy_src", "mean", to, xscale=xs), want)
 
 
 def test_prefetching_kernels_agree_with_the_reference():
@@ -838,15 +845,7 @@ def test_prefetching_kernels_agree_with_the_reference():
                     for reduce in ("sum", "mean"):
                         torch.testing.assert_close(aggregate(gr.g, x, w, msg, reduce, to),
                                                    ref_aggregate(gr, x, w, msg, reduce, to))
-            x, w = make_inputs(gr, "scalar", "mul", F64, seed=22)
-            gen = torch.Generator().manual_seed(23)
-            xs = torch.rand(gr.n, generator=gen, dtype=F64) + 0.5
-            os_ = torch.rand(gr.n, generator=gen, dtype=F64) + 0.5
-            for to in ("dst", "src"):
-                wp = nops.permute_edge_data(gr.g, w, to)
-                want = ref_aggregate(gr, x * _pad(xs, x.dim()), w, "mul", "sum", to) * _pad(os_, x.dim())
-                got = aggregate(gr.g, x, w, "mul", "sum", to, xscale=xs, oscale=os_, w_perm=wp)
-                torch.testing.assert_close(got, want)
+            _check_scaled_permuted_mul(gr, seed=22, mean_too=True)
         # kernel names end in f<lines prefetched per row> (codegen.agg_name)
         import re
         assert any(re.match(r"aggregate_mul_sum_\w*f\d+\[", k) for k in COMPILE_TIMES)

@@ -189,18 +189,20 @@ class CSRGraph:
         self.index_dtype = in_csr.indices.dtype if in_csr is not None else np.dtype(index_dtype)
         self._ptr_dtype, self._nthreads = ptr_dtype, nthreads
 
+    def _build(self, rows: torch.Tensor, cols: torch.Tensor) -> CSR:
+        return _build_csr(rows.numpy(), cols.numpy(), self.num_nodes, self.index_dtype.type, self._ptr_dtype,
+                          self._nthreads)
+
     @property
     def in_csr(self) -> CSR:
         if self._in is None:
-            self._in = _build_csr(self.dst.numpy(), self.src.numpy(), self.num_nodes, self.index_dtype.type,
-                                  self._ptr_dtype, self._nthreads)
+            self._in = self._build(self.dst, self.src)
         return self._in
 
     @property
     def out_csr(self) -> CSR:
         if self._out is None:
-            self._out = _build_csr(self.src.numpy(), self.dst.numpy(), self.num_nodes, self.index_dtype.type,
-                                   self._ptr_dtype, self._nthreads)
+            self._out = self._build(self.src, self.dst)
         return self._out
 
     @property
