@@ -112,6 +112,26 @@ def test_checkpoint_resume_reproduces_the_loss_curve(tmp_path):
     assert a == b
 
 
+def test_cd_r_checkpoint_carries_the_pipeline(tmp_path):
+    """cd-2: saving checkpoints does not change the loss curve (the sends in
+    flight are completed, their data kept for the epoch that uses it), and a
+    run resumed after epoch 3 (sends of epochs 2 and 3 in flight, the
+    pipeline not yet full) continues it exactly."""
+    plan = ["--np", "2", "--partition", "vertex_cut", "--delay", "2", "--set", "hidden=8"]
+    ck, ck_all = tmp_path / "ck", tmp_path / "ck_all"
+    full, with_ck, res = tmp_path / "full.json", tmp_path / "with_ck.json", tmp_path / "res.json"
+    for extra in (["--json", str(full)],
+                  ["--json", str(with_ck), "--checkpoint", str(ck_all), "--checkpoint-every", "2"]):
+        r = gdsl("run", GCN, *plan, "--epochs", "7", *extra)
+        assert r.returncode == 0, r.stderr
+    r = gdsl("run", GCN, *plan, "--epochs", "3", "--checkpoint", str(ck), "--checkpoint-every", "3")
+    assert r.returncode == 0, r.stderr
+    r = gdsl("run", GCN, *plan, "--epochs", "7", "--resume", str(ck), "--json", str(res))
+    assert r.returncode == 0, r.stderr
+    curve = [[e["loss"] for e in json.loads(f.read_text())["epochs"]] for f in (full, with_ck, res)]
+    assert curve[0] == curve[1] == curve[2]
+
+
 def test_resume_from_a_missing_checkpoint_is_a_clear_error(tmp_path):
     r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--resume", str(tmp_path / "none"))
     assert r.returncode == 1 and "no checkpoint here" in r.stderr and "Traceback" not in r.stderr

@@ -431,10 +431,26 @@ class DelayPipe:
         return self.comm.comm.Ialltoallv([send.numpy(), (sc_e, sd), MPI.FLOAT], [recv.numpy(), (rc_e, rd), MPI.FLOAT])
 
     def finish(self) -> None:
+        """Complete the sends in flight; what they received stays for the
+        epoch that will use it (so a checkpoint or the end of a run does not
+        change the pipeline's contents)."""
         from gdsl.dist.comm import mpi
-        for reqs, _ in self.sent.values():
+        for e, (reqs, bufs) in list(self.sent.items()):
             mpi().Request.Waitall(reqs)
-        self.sent.clear()
+            self.sent[e] = ([], {k: v for k, v in bufs.items() if k != "keep"})
+
+    def state_dict(self) -> dict:
+        """The pipeline's contents after `finish`: what each epoch in flight
+        received, the partials my leaves sent, the latest remote contributions."""
+        self.finish()
+        return {"sent": {e: dict(bufs) for e, (_, bufs) in self.sent.items()},
+                "own_sent": dict(self.own_sent), "root_in": dict(self.root_in), "leaf_in": dict(self.leaf_in)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.sent = {int(e): ([], dict(bufs)) for e, bufs in state["sent"].items()}
+        self.own_sent = {int(e): t for e, t in state["own_sent"].items()}
+        self.root_in = {int(b): t for b, t in state["root_in"].items()}
+        self.leaf_in = {int(b): t for b, t in state["leaf_in"].items()}
 
 
 class Delayed(torch.autograd.Function):

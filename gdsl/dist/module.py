@@ -103,6 +103,7 @@ class DistModule(ReferenceModule):
         self.local_params: set[str] = set()   # model-parallel params (P3 layer 1): not all-reduced
         self.cols_region: set[Value] = set()
         self._delay_state: dict = {}
+        self._delay_restore: dict = {}   # op position -> DelayPipe state from a checkpoint
         self.epoch = 0
         P = comm.size
         self.block_rows = np.array(comm.comm.allgather(part.n_own), np.int64) if P > 1 else np.array([part.n_own])
@@ -578,8 +579,11 @@ class DistModule(ReferenceModule):
             raise GdslError(f"{label}: delayed aggregation (cd-r) is implemented for sum and mean reductions, "
                             f"not {reduce}")
         if op not in self._delay_state:
-            self._delay_state[op] = fn.DelayPipe(self._tree, self.row_gid, int(self.spec.delay), self.comm,
-                                                 label + " fwd")
+            pipe = self._delay_state[op] = fn.DelayPipe(self._tree, self.row_gid, int(self.spec.delay), self.comm,
+                                                        label + " fwd")
+            saved = self._delay_restore.pop(self.ir.main.ops.index(op), None)
+            if saved is not None:
+                pipe.load_state_dict(saved)
         return fn.Delayed.apply(partial, self._delay_state[op], self.epoch,
                                 self._partial_scale[to], label)
 
@@ -587,6 +591,16 @@ class DistModule(ReferenceModule):
         """Complete outstanding delayed collectives (before exit or a checkpoint)."""
         for pipe in self._delay_state.values():
             pipe.finish()
+
+    def delay_state_dict(self) -> dict:
+        """cd-r: each delayed aggregation's pipeline (by the op's position in
+        the program), for a checkpoint."""
+        ops = self.ir.main.ops
+        return {ops.index(op): pipe.state_dict() for op, pipe in self._delay_state.items()}
+
+    def load_delay_state(self, state: dict) -> None:
+        """Restore `delay_state_dict()`; each pipeline is rebuilt with it on first use."""
+        self._delay_restore = {int(k): v for k, v in state.items()}
 
     # ---------------------------------------------------------------- dropout on local rows
     def dropout_keep(self, op: Op, x: torch.Tensor, gen: torch.Generator, p: float) -> torch.Tensor:

@@ -94,7 +94,7 @@ def _save_checkpoint(directory: Path, comm, model, opt, epoch: int, history: lis
     writes the index naming the epoch, after every rank has finished."""
     directory.mkdir(parents=True, exist_ok=True)
     state = {"epoch": epoch, "model": model.state_dict(), "opt": opt.state_dict(), "step": model.step,
-             "rank": comm.rank, "size": comm.size, "history": history}
+             "rank": comm.rank, "size": comm.size, "history": history, "delay": model.delay_state_dict()}
     path = directory / f"rank-{comm.rank}.pt"
     tmp = path.with_name(path.name + ".tmp")
     torch.save(state, tmp)
@@ -123,6 +123,7 @@ def _load_checkpoint(directory: Path, comm, model, opt) -> tuple[int, list]:
     model.load_state_dict(state["model"])
     opt.load_state_dict(state["opt"])
     model.step = state["step"]
+    model.load_delay_state(state.get("delay", {}))   # cd-r's pipelines, with what was in flight
     return state["epoch"], state["history"]
 
 
