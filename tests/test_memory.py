@@ -51,15 +51,20 @@ def test_only_the_reference_builds_torch_sparse_matrices():
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc malloc_trim")
 def test_release_free_heap_returns_freed_blocks():
-    # A freed 24 MiB tensor raises glibc's mmap threshold, so the next 8 MiB
-    # tensors come from the heap; small blocks allocated between them keep
-    # the heap from shrinking, so freeing them returns nothing until malloc_trim.
+    # glibc's thresholds pinned (mallopt), so the 8 MiB tensors come from the
+    # heap and freeing them trims nothing by itself: small blocks allocated
+    # between them keep the heap from shrinking. (Left to glibc's dynamic
+    # threshold, that depends on the process's earlier frees: once in a full
+    # suite run the blocks were mmapped and freed at once.)
     code = textwrap.dedent("""
+        import ctypes
         import torch
         from gdsl.runtime.memory import release_free_heap
+        libc = ctypes.CDLL(None)
+        assert libc.mallopt(-3, 64 << 20) == 1      # M_MMAP_THRESHOLD: 64 MiB
+        assert libc.mallopt(-1, 1 << 30) == 1       # M_TRIM_THRESHOLD: no automatic trimming
         def rss():
             return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) << 10
-        big = torch.ones(6 << 20); del big
         blocks, pins = [], []
         for _ in range(40):                                 # 40 x 8 MiB
             blocks.append(torch.ones(2 << 20)); pins.append(torch.ones(16))
