@@ -132,10 +132,12 @@ def make_model(prog, part, comm, dims: dict, seed: int, backend: str = "referenc
     `backend` numba or triton runs the local sparse ops on its kernels)."""
     from gdsl.compiler import compile_source
     from gdsl.dist.module import DistModule
+    from gdsl.runtime.memory import release_free_heap
     compiled = compile_source(prog.source, prog.file, dims=dims, overrides=prog.overrides, train=prog.train_name)
     torch.manual_seed(seed)
     model = DistModule(compiled.module, part, comm, backend=backend)
     model.dropout_seed = seed
+    release_free_heap()   # the binding's temporaries, as Program.module does (gdsl/runtime/memory.py)
     return model
 
 
