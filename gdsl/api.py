@@ -80,7 +80,7 @@ class Program:
         else:
             from gdsl.backends.reference import ReferenceModule
             m = ReferenceModule(bound.module, graph)
-        release_free_heap()   # binding's temporaries (edge lists, sort keys): gdsl/runtime/memory.py
+        release_free_heap()   # the binding's temporaries (edge lists, keys): gdsl/runtime/memory.py
         return m
 
 

@@ -5,8 +5,8 @@ its own mapping, returned to the system by free(); but each such free raises
 the threshold to the block's size (up to 32 MiB), so later tensors of up to
 that size come from the heap, and the heap keeps what they free resident.
 Binding a program to a graph of a few million edges makes and drops a few
-hundred MiB of such temporaries (the symmetric / self-loop edge lists, the
-CSR sort keys): measured on uniform100k (4.1M edges after the options), the
+hundred MiB of such temporaries (the symmetric / self-loop edge lists and
+their deduplication keys): measured on uniform100k (4.1M edges after the options), the
 process kept 215 MiB of freed memory after `Graph.with_options` alone.
 `malloc_trim(0)` hands the free pages back; other C libraries (musl, macOS)
 have no such call and this is a no-op there.
