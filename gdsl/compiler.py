@@ -52,9 +52,11 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
                    stop_after: str | None = None,
                    after_each: Callable[[str, Module], None] | None = None,
                    disable: tuple[str, ...] = (), ranks: int | None = None, edges: int | None = None,
-                   memory_per_rank: float | None = None, graph=None) -> Compiled:
+                   memory_per_rank: float | None = None, graph=None, delay: int | str | None = 0) -> Compiled:
     """Run the whole front end and the pass pipeline (or stop after a pass);
-    `disable` names optional passes to skip (e.g. `fuse`, to test it)."""
+    `disable` names optional passes to skip (e.g. `fuse`, to test it).
+    `delay` is the distributed plan's DistGNN delay when the program is
+    compiled for one (r > 0: cd-r; the order pass reads it)."""
     prog, checked = front(source, file, train)
     module, diags = lower(checked, dims, overrides)
     diags.raise_if_any(source)
@@ -62,7 +64,7 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
         raise CompileError([Diagnostic(Span(1, 1, 1, 2, file), "nothing to compile")], source)
     if after_each:
         after_each("lower", module)
-    ctx = PassContext(dims=dict(dims or {}))
+    ctx = PassContext(dims=dict(dims or {}), options={"delay": delay})
     if ranks is not None and stop_after != "lower":
         from gdsl.planning import plan
         result = plan(module, {**(dims or {}), **({"E": edges} if edges else {})}, ranks, memory_per_rank,

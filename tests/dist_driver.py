@@ -2,7 +2,8 @@
 tests/test_dist.py with `mpiexec -n P`), so the suite pays MPI start-up once.
 
 argv[1]: JSON list of {"program", "data", "plan", "delay", "halo", "epochs",
-"seed", "traffic"}; rank 0 prints one JSON line per configuration:
+"seed", "traffic" (true: the last epoch's bytes; "all": every epoch's)};
+rank 0 prints one JSON line per configuration:
 {"config": ..., "losses": [...], "final": {...}, "comm": {...} | null} or
 {"config": ..., "error": "..."}.
 """
@@ -51,6 +52,8 @@ def main() -> None:
             res = {"config": cfg, "losses": [h["loss"] for h in hist],
                    "final": {k: v for k, v in hist[-1].items() if k.endswith("_acc")},
                    "comm": hist[-1].get("comm"), "meta": part.meta}
+            if cfg.get("traffic") == "all":   # every epoch's traffic, not only the last one's
+                res["comm_epochs"] = [h.get("comm") for h in hist]
         except GdslError as e:
             res = {"config": cfg, "error": str(e)}
         comm.barrier()

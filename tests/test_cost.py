@@ -193,6 +193,15 @@ def test_vertex_cut_delays_and_edge_cut_halo():
     assert same(agg(cdr), fwd(cd0) / sy.r + (agg(cd0) - fwd(cd0))) and agg(zero) == 0
     assert all(o.overlapped == (o.phase == "forward") for o in cdr.ops if o.op == "partial_aggregates")
     assert cd0.exact and not cdr.exact and not zero.exact and cdr.overlap
+    # with cd-r's order (layer 1 sparse-first: passes/order.py, order_by=delay) layer 1
+    # sends f_in-wide rows forward and nothing backward (the features need no gradient)
+    safe = vertex_cut(Problem(N=N, P=P, widths=(100, 16, 4)), delay=sy.r, orders="delay_safe")
+    narrow = vertex_cut(Problem(N=N, P=P, widths=(100, 16, 4)), delay=sy.r, orders="narrow")
+    l1 = lambda cost, ph: sum(o.words for o in cost.ops if o.op == "partial_aggregates" and o.layer == 1  # noqa: E731
+                              and o.phase == ph)
+    assert same(l1(safe, "forward"), 2 * (sy.rho - 1) * N / P * 100 / sy.r) and l1(safe, "backward") == 0
+    assert same(l1(narrow, "forward"), 2 * (sy.rho - 1) * N / P * 16 / sy.r)
+    assert same(l1(narrow, "backward"), 2 * (sy.rho - 1) * N / P * 16)
     halo = edge_cut(pb)
     ex = sum(o.words for o in halo.ops if o.op == "halo_exchange")
     assert same(ex, sy.S * spmm_widths)

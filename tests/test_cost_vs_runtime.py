@@ -21,9 +21,10 @@ def test_predicted_collectives_are_listed_with_words():
     assert sum(float(op.words) for op in comm) == pytest.approx(float(cost.words))
 
 
-def _program_orders():
-    """gcn.gd bound to Cora as compiled: the order pass's choice per layer, its
-    aggregate ops, the names of the values their halo fetches carry, and dims."""
+def _program_orders(delay=0):
+    """gcn.gd bound to Cora as compiled (for a plan with this DistGNN delay):
+    the order pass's choice per layer, the names of the values the aggregates'
+    halo fetches carry and of the aggregates' results, and dims."""
     import gdsl
     from gdsl.compiler import compile_source
     from gdsl.ir.printer import _Namer
@@ -31,7 +32,7 @@ def _program_orders():
     prog = gdsl.compile(GCN)
     graph = gdsl.load_graph("cora")
     dims = bind_dims(prog.compiled.checked, graph)
-    mod = compile_source(prog.source, prog.file, dims=dims).module
+    mod = compile_source(prog.source, prog.file, dims=dims, delay=delay).module
     name = _Namer()
     for op in mod.main.ops:
         name(op.result)
@@ -40,7 +41,7 @@ def _program_orders():
     # autograd runs each layer's backward in the transposed order of its forward
     bwd = "".join("S" if c == "D" else "D" for c in reversed(fwd))
     fetched = [name(op.operands[0]) for op in aggs]
-    return graph, dims, OrderConfig(fwd, bwd, memoize=False), fetched
+    return graph, dims, OrderConfig(fwd, bwd, memoize=False), fetched, [name(op.result) for op in aggs]
 
 
 @pytest.mark.mpi
@@ -56,7 +57,7 @@ def test_predicted_words_equal_measured_bytes_over_4(P):
     from test_dist import MPIEXEC, run_driver
     if MPIEXEC is None:
         pytest.skip("no mpiexec")
-    graph, dims, orders, fetched = _program_orders()
+    graph, dims, orders, fetched, _ = _program_orders()
     [res] = run_driver(P, [{"program": GCN, "data": "cora", "plan": "rows(block)", "halo": "bcast",
                             "epochs": 2, "traffic": True}])
     measured = res["comm"]
@@ -89,7 +90,7 @@ def test_halo_exchange_moves_exactly_the_halo_rows():
         pytest.skip("no mpiexec")
     import gdsl
     from gdsl.dist.part import build_parts, parse_spec
-    graph, dims, orders, fetched = _program_orders()
+    graph, dims, orders, fetched, _ = _program_orders()
     P = 4
     g = graph.with_options(self_loops=True, symmetric=True)
     parts = build_parts(parse_spec("rows(hash)"), g, P)
@@ -104,3 +105,44 @@ def test_halo_exchange_moves_exactly_the_halo_rows():
             assert fwd["recv"][r] == 4 * halo * f
             assert bwd["sent"][r] == 4 * halo * f
     del gdsl
+
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("delay", [0, 2])
+def test_vertex_cut_words_equal_prediction(delay):
+    """DistGNN's split-vertex exchange (§5.3): the cost model prices
+    2 (rho - 1) N / P rows of the aggregated width per rank per epoch, leaves
+    to roots and back; cd-r sends one of its r bins per epoch (1/r of that,
+    forward only: the backward exchanges at once) and aggregates the
+    features sparse-first (passes/order.py; the model's "delay_safe" orders:
+    1433 words per row in layer 1 and no backward exchange there). Averaged
+    over r epochs of a full pipeline and summed over the ranks, the bytes
+    sent are the model's words x P x 4, rho measured on the ranks' partition."""
+    pytest.importorskip("mpi4py")
+    from test_dist import MPIEXEC, run_driver
+    if MPIEXEC is None:
+        pytest.skip("no mpiexec")
+    from gdsl.cost.strategies import vertex_cut
+    graph, dims, _, _, _ = _program_orders()
+    layer_of = {name: i + 1 for i, name in enumerate(_program_orders(delay=delay)[4])}
+    P, epochs = 2, 6
+    [res] = run_driver(P, [{"program": GCN, "data": "cora", "plan": "vertex_cut", "delay": delay,
+                            "epochs": epochs, "traffic": "all"}])
+    assert "error" not in res, res
+    g = graph.with_options(self_loops=True, symmetric=True)
+    cost = vertex_cut(Problem(N=g.num_nodes, E=g.num_edges, P=P, widths=(dims["F"], 16, dims["C"])),
+                      delay=delay, rho=res["meta"]["replication_factor"], orders="delay_safe" if delay else "narrow")
+    predicted = {(op.layer, op.phase): float(op.words) * float(op.count) * P
+                 for op in cost.ops if op.op == "partial_aggregates"}
+    window = range(epochs - max(delay, 2), epochs)   # every bin sent both ways once (epochs >= 2r)
+    got: dict = {}
+    for e in window:
+        for key, v in res["comm_epochs"][e].items():
+            if key.endswith(("leaf->root", "root->leaf", "leaf->root (delayed)", "root->leaf (delayed)")):
+                k = (layer_of[key.split()[1]], "forward" if " fwd " in key else "backward")
+                got[k] = got.get(k, 0) + sum(v["sent"]) / (4 * len(window))
+    assert set(got) == set(predicted), (got, predicted)
+    for k, words in predicted.items():
+        assert got[k] == pytest.approx(words, rel=1e-9), (k, got[k], words)
+    assert (1, "backward") not in predicted if delay else (1, "backward") in predicted

@@ -224,12 +224,7 @@ def _approximate_accuracies(data: str) -> tuple[list, dict]:
 @pytest.mark.skipif(os.environ.get("GDSL_DIST_FULL") != "1",
                     reason="9 runs of 200 epochs on 4 ranks per graph (~6-15 min on 2 cores): GDSL_DIST_FULL=1 runs it")
 @pytest.mark.parametrize("data,delay", [
-    ("cora", "2"), ("cora", "5"), ("cora", "none"), ("citeseer", "2"),
-    pytest.param("citeseer", "5", marks=pytest.mark.xfail(strict=True, reason=(
-        "measured: mean 0.659 (0.665 / 0.651 / 0.660) against the exact plan's 0.674, 1.53 points below; "
-        "seeds 3-5: 0.655 / 0.642 / 0.658 (mean 0.652) against 0.675 / 0.666 / 0.683 (0.675): "
-        "cd-5's staleness costs CiteSeer 1.5-2.3 points"))),
-    ("citeseer", "none")])
+    ("cora", "2"), ("cora", "5"), ("cora", "none"), ("citeseer", "2"), ("citeseer", "5"), ("citeseer", "none")])
 def test_delayed_and_zero_communication_plans_train_close_to_exact(data, delay):
     """DistGNN cd-r (r = 2, 5) and 0c: mean test accuracy over seeds 0-2
     within 1.5 points of the exact plan's (= the reference's; DistGNN Table 5

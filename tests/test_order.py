@@ -27,6 +27,36 @@ def test_width_decides_when_data_is_bound():
     assert "%t_dense : vertex f32[N, 16] = matmul" in out          # X @ W first, then aggregate 16 columns
 
 
+def test_delayed_plan_aggregates_param_free_inputs_sparse_first():
+    """Under DistGNN cd-r (delay r > 0) the order pass aggregates sparse-first
+    where the aggregated input depends on no param (layer 1: dropout of X), so
+    the stale remote partials are not stale in W; layers after it keep the
+    width rule; a hint still wins; cd-0 and 0c (delay 0 / none) keep the width
+    rule everywhere."""
+    from gdsl.compiler import compile_source
+    from gdsl.ir.printer import print_module
+    dims = {"N": 3327, "F": 3703, "C": 6, "E": 12431}
+
+    def aggs(src, delay):
+        mod = compile_source(src, dims=dims, delay=delay).module
+        text = print_module(mod)
+        return [(op.attrs["order"], op.attrs["order_by"]) for op in mod.main.ops if op.name == "aggregate"], text
+
+    got, text = aggs(GCN, 5)
+    assert got == [("sparse_first", "delay"), ("dense_first", "width")]
+    assert "%a : vertex f32[N, 3703] = aggregate" in text
+    for d in (0, "none"):
+        assert aggs(GCN, d)[0] == [("dense_first", "width")] * 2
+    hinted = _with(GCN, "    order GCNConv#1 = dense_first")
+    assert aggs(hinted, 5)[0] == [("dense_first", "hint"), ("dense_first", "width")]
+    # an input computed with a param is stale in it either way: the width rule decides
+    lin = "layer Lin[dout](h: [din]) -> [dout] {\n    param W : f32[din, dout] = glorot\n" \
+          "    transform t = h @ W\n    return t\n}\n\nmodel GCN"
+    mlp_first = GCN.replace("h = dropout(X, p)", "h = Lin[64](dropout(X, p))").replace("model GCN", lin)
+    got, _ = aggs(mlp_first, 5)
+    assert got == [("dense_first", "width"), ("dense_first", "width")]
+
+
 def test_undecided_without_data():
     ir = gdsl.compile(ROOT / "programs" / "gcn.gd").ir
     assert ir.count("order=sparse_first, order_by=undecided") == 2

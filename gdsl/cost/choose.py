@@ -122,7 +122,9 @@ def candidates(problem: Problem, *, profile: Profile = DEFAULT_PROFILE, memory_p
         if "vertex_cut" in wanted:
             delays = [0] + ([delay, None] if allow_approximate else [])
             for d in delays:
-                costs.append(vertex_cut(pb, delay=d, rho=rho, orders=orders))
+                # cd-r aggregates the features sparse-first (passes/order.py, order_by=delay)
+                o = "delay_safe" if orders == "narrow" and d not in (0, None) else orders
+                costs.append(vertex_cut(pb, delay=d, rho=rho, orders=o))
                 notes[costs[-1].name] = rho_note
         if "edge_cut" in wanted:
             costs.append(edge_cut(pb, hash_halo(pb.N, pb.E, P) if halo is None else halo, orders=orders))

@@ -10,7 +10,7 @@ neighbours' orders (all strategies but ``redistribute``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Sequence
 
 import sympy
@@ -142,7 +142,8 @@ class Problem:
         both ways, memoised), "narrow" (per layer, run the SpMM on the
         narrower of f_{l-1}, f_l: RDM §IV-A-1 "if f_l < f_{l-1} the GEMM-first
         strategy leads to fewer operations in SpMM and lower communication"),
-        or an :class:`OrderConfig` (integer L only).
+        "delay_safe" (narrow, with layer 1 sparse-first: cd-r's choice) or an
+        :class:`OrderConfig` (integer L only).
         """
         if self.symbolic_depth:
             kinds = [(1, self.F, self.H, 1, True, False),
@@ -175,7 +176,14 @@ class Problem:
                     bwd = DENSE_FIRST if _less(a, b) else SPARSE_FIRST
                 out.append(Layer(i, a, b, fwd, bwd, True, cnt, fi, la))
             return tuple(out)
-        raise ValueError(f"unknown orders {orders!r}: use None, 'sparse_first', 'narrow' or an OrderConfig")
+        if orders == "delay_safe":
+            # "narrow", but the first layer (its input, the features, has no
+            # parameter behind it) aggregates sparse-first: what the order pass
+            # does under DistGNN's cd-r (passes/order.py, order_by=delay)
+            return tuple(replace(ly, fwd=SPARSE_FIRST, bwd=DENSE_FIRST, memoize=True) if ly.first else ly
+                         for ly in self.layers("narrow"))
+        raise ValueError(f"unknown orders {orders!r}: use None, 'sparse_first', 'narrow', 'delay_safe' "
+                         "or an OrderConfig")
 
 
 def _less(a: Expr, b: Expr) -> bool:

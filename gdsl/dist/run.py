@@ -133,7 +133,9 @@ def make_model(prog, part, comm, dims: dict, seed: int, backend: str = "referenc
     from gdsl.compiler import compile_source
     from gdsl.dist.module import DistModule
     from gdsl.runtime.memory import release_free_heap
-    compiled = compile_source(prog.source, prog.file, dims=dims, overrides=prog.overrides, train=prog.train_name)
+    # the plan's delay reaches the order pass: cd-r aggregates param-free inputs sparse-first (passes/order.py)
+    compiled = compile_source(prog.source, prog.file, dims=dims, overrides=prog.overrides, train=prog.train_name,
+                              delay=part.spec.delay)
     torch.manual_seed(seed)
     model = DistModule(compiled.module, part, comm, backend=backend)
     model.dropout_seed = seed

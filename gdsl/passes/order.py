@@ -9,6 +9,20 @@ communication" (gdsl/cost/problem.py's "narrow" rule). A hint decides
 where given (`order L#k = ...` for one call, `order = ...` for all); `auto`
 decides by width. The choice is printed on the op (`order=`, `order_by=`).
 
+Under a delayed plan (DistGNN cd-r, `ctx.options["delay"]` = r > 0) `auto`
+aggregates sparse-first wherever the aggregated input depends on no param
+(`order_by=delay`): the input features, dropout of them. The remote partial
+aggregates a replica adds are then r or more epochs old only in the dropout
+mask they were drawn with, not in the weights: DistGNN aggregates the
+features before the layer's transform in every layer (§6.3: aggregation
+outputs "N x f, N x h1, N x h2"), so its layer 1 is never stale in W. Dense-
+first there makes the remote partials (X W_{e-r}) stale in W_1, which cost
+CiteSeer's cd-5 1.5-2.3 points (docs/distributed.md). The price is the
+wider exchange (f_0 instead of f_1 words per split row, 1/r of them per
+epoch, overlapped) and no backward exchange for that layer (its input needs
+no gradient); the cost model prices the same order (`Problem.layers`,
+"delay_safe").
+
 Handled form, inside one layer call (scope):
     a  = aggregate[msg=copy_src|mul(w: edge_const), reduce=sum] x [, w]
     a' = mul a, c           (optional: c a vertex constant, e.g. 1/deg of mean)
@@ -55,6 +69,8 @@ class Order:
         hints = module.attrs.get("order_hints", {})
         default = module.attrs.get("schedule", {}).get("order", "auto")
         users = f.uses()
+        delay = ctx.options.get("delay", 0)
+        delayed = isinstance(delay, int) and delay > 0
         only = lambda v, op: users.get(v, []) == [op] and v not in f.results  # noqa: E731
         rewrites: dict[Op, list[Op]] = {}
         drop: set[Op] = set()
@@ -68,7 +84,12 @@ class Order:
             if not hint and default != "auto":
                 hint = default
             fwd, bwd, memo = parse_order(hint) if hint else ("auto", "auto", "auto")
-            choice, by = (fwd, "hint") if fwd != "auto" else self.by_width(t)
+            if fwd != "auto":
+                choice, by = fwd, "hint"
+            elif delayed and not needs_grad(f, agg.operands[0]):
+                choice, by = "sparse_first", "delay"
+            else:
+                choice, by = self.by_width(t)
             agg.attrs.update(order=choice, order_by=by)
             bwd_choice, bwd_memo, bwd_by = self.backward(t, choice, bwd, memo, needs_grad(f, agg.operands[0]))
             agg.attrs.update(order_grad=bwd_choice, order_grad_by=bwd_by, order_memo=bwd_memo)
