@@ -229,8 +229,9 @@ def test_delayed_and_zero_communication_plans_train_close_to_exact(data, delay):
     """DistGNN cd-r (r = 2, 5) and 0c: mean test accuracy over seeds 0-2
     within 1.5 points of the exact plan's (= the reference's; DistGNN Table 5
     reports within 1%), GCN, 200 epochs, P = 4. Single runs differ from the
-    exact run of the same seed by up to ~2.5 points either way
-    (docs/distributed.md), hence means."""
+    exact run of the same seed by up to ~4 points either way, hence means;
+    docs/distributed.md has seeds 0-9 too (all ten-seed means within 1.5;
+    Cora cd-5 over seeds 3-5 alone is 2.0 below)."""
     exact, accs = _approximate_accuracies(data)
     a, mean_exact = accs[delay], sum(exact) / len(exact)
     print(f"{data} delay={delay}: {a} mean {sum(a) / len(a):.4f}; exact {exact} mean {mean_exact:.4f}")
