@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import sympy
 
 from gdsl.cost import choose
-from gdsl.cost.choose import Choice
+from gdsl.cost.choose import Choice, fmt_bytes, fmt_time
 from gdsl.cost.problem import Problem
 from gdsl.cost.profile import Profile, load_profile
 from gdsl.diagnostics import GdslError
@@ -35,6 +35,7 @@ class Plan:
     choice: Choice | None       # None when the sizes are symbolic
     widths: list
     profile: Profile | None = None   # the machine profile the choice was priced on
+    hinted: bool = False             # the choice is the schedule's partition hint, not the model's fastest
 
 
 def measure_partitions(src, dst, num_nodes: int, P: int, seed: int = 0) -> tuple[dict, dict]:
@@ -65,12 +66,18 @@ def measure_partitions(src, dst, num_nodes: int, P: int, seed: int = 0) -> tuple
 
 
 def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float | None = None,
-         allow_approximate: bool = False, profile: Profile | None = None, graph=None) -> Plan:
+         allow_approximate: bool = False, profile: Profile | None = None, graph=None,
+         hint: str | None = None, delay=0) -> Plan:
     """The cost model's choice for P ranks, priced on `profile` (default:
     load_profile(), i.e. the calibrated profile when there is one). With
     `graph` (edges as the program sees them: its graph options applied) the
     replication factor and halo size are measured on real partitions
-    (`measure_partitions`) instead of estimated."""
+    (`measure_partitions`) instead of estimated. `hint` (the schedule's
+    `partition`, with its `delay`) makes the hinted plan the choice, as
+    `gdsl run --np P` executes it; the cost model's own fastest stays in the
+    reason and the table."""
+    if delay != 0:
+        allow_approximate = True
     widths = layer_widths(lowered)
     numeric = all(sympy.sympify(w).is_number for w in widths) and "N" in dims and "E" in dims
     if not numeric:
@@ -79,8 +86,52 @@ def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float |
     pb = Problem(N=dims["N"], E=dims["E"], P=P, widths=tuple(int(w) for w in widths))
     profile = load_profile() if profile is None else profile
     stats, how = ({}, {}) if graph is None else measure_partitions(graph.src, graph.dst, graph.num_nodes, P)
-    return Plan(pb, choose(pb, memory_per_rank, allow_approximate=allow_approximate, profile=profile,
-                           measured=how, **stats), widths, profile)
+    extra = {"delay": delay} if isinstance(delay, int) and delay > 0 else {}
+    choice = choose(pb, memory_per_rank, allow_approximate=allow_approximate, profile=profile,
+                    measured=how, **stats, **extra)
+    hinted = False
+    if hint is not None:
+        choice, hinted = _hinted(choice, hint, delay, P)
+    return Plan(pb, choice, widths, profile, hinted)
+
+
+def _hinted(choice: Choice, hint: str, delay, P: int) -> tuple[Choice, bool]:
+    """`choice` with the candidate the schedule's partition hint names as its
+    best (the plan `gdsl run --np P` executes), and True; or unchanged with
+    a note, and False, when the cost model prices no such plan (e.g.
+    rows_replicated(c) with c * c > P)."""
+    from dataclasses import replace
+
+    from gdsl.dist.cli_run import _from_candidate
+    from gdsl.dist.part import parse_spec
+    try:
+        want = parse_spec(hint, delay=delay)
+    except GdslError:
+        return choice, False   # grid2d / grid3d: priced, not executed; the model's choice stands
+    label = {0: "cd-0", "none": "0c"}.get(want.delay, f"cd-{want.delay}")
+    for cand in choice.candidates:
+        text = _from_candidate(cand, P, approximate=True)
+        if text is None:
+            continue
+        got = parse_spec(text)
+        if got.strategy != want.strategy:
+            continue
+        if want.strategy == "rows" and (got.arg == "metis") != (want.arg == "metis"):
+            continue   # rows(hash|random|block) are priced alike; rows(metis) is the edge cut
+        if want.strategy in ("rows_replicated", "redistribute") and got.arg != want.arg:
+            continue
+        if want.strategy == "vertex_cut" and dict(cand.cost.params).get("delay") != label:
+            continue
+        if cand is choice.best:
+            return choice, True
+        why = (f"{cand.name}: the schedule's hint (partition = {hint}"
+               + (f", delay = {want.delay}" if want.strategy == "vertex_cut" and want.delay != 0 else "")
+               + f"), {fmt_time(cand.time)} per epoch predicted"
+               + ("" if cand.fits else f", over the memory per rank ({fmt_bytes(cand.memory_bytes)})")
+               + f"; the cost model's own choice: {choice.reason}")
+        return replace(choice, best=cand, reason=why), True
+    return replace(choice, reason=choice.reason + f"; the schedule's hint (partition = {hint}) is not priced "
+                                                  "by the cost model, so this choice is the model's"), False
 
 
 def parse_bytes(text: str) -> float:

@@ -72,3 +72,29 @@ def test_plan_with_data_measures_the_partitions():
     assert f"vertex_cut(delay=cd-0, rho={stats['rho']:.4g})" in out
     assert f"edge_cut(S={stats['halo']:.4g})" in out
     assert "measured (Libra vertex cut" in out or "measured (largest halo per rank, METIS" in out
+
+
+def test_compile_np_records_the_plan_the_schedule_hints(tmp_path):
+    """`gdsl compile --np P` prices and records the plan `gdsl run --np P`
+    executes: the schedule's partition (and delay) hint, marked
+    chosen_by=hint, with the order the ranks compile (cd-r: layer 1
+    sparse-first, order_by=delay) and its predicted collectives; a hint the
+    cost model does not price leaves the model's own choice."""
+    base = (ROOT / "programs" / "gcn.gd").read_text()
+    prog = tmp_path / "cd5.gd"
+    prog.write_text(base + "\nschedule {\n    partition = vertex_cut\n    delay = 5\n}\n")
+    code, out, err = run_gdsl(["compile", str(prog), "--data", "citeseer", "--np", "4"])
+    assert code == 0, err
+    head = out.splitlines()[0]
+    assert "chosen_by=hint" in head and 'strategy="vertex_cut(delay=cd-5, rho=' in head
+    agg1 = next(line for line in out.splitlines() if "= aggregate[" in line)
+    assert "order=sparse_first, order_by=delay" in agg1 and "fwd partial_aggregates" in agg1
+    assert "bwd partial_aggregates" not in agg1    # the features need no gradient
+    # no hint: the model's fastest, dense-first by width
+    code, out, err = run_gdsl(["compile", str(ROOT / "programs" / "gcn.gd"), "--data", "citeseer", "--np", "4"])
+    assert code == 0 and "chosen_by" not in out.splitlines()[0] and "order_by=delay" not in out
+    # rows_replicated(3) on 4 ranks is not priced (c * c > P): the model's choice stands, unmarked
+    prog.write_text(base + "\nschedule {\n    partition = rows_replicated(3)\n}\n")
+    code, out, err = run_gdsl(["compile", str(prog), "--data", "cora", "--np", "4"])
+    assert code == 0, err
+    assert "chosen_by" not in out.splitlines()[0] and "rows_replicated" not in out.splitlines()[0].split("schedule=")[0]
