@@ -69,14 +69,14 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
         from gdsl.planning import plan
         sched = checked.schedule
         hint = sched.get("partition") if sched.get("partition") not in (None, "auto") else None
+        hint_delay = sched.get("delay", 0) if hint else 0
         result = plan(module, {**(dims or {}), **({"E": edges} if edges else {})}, ranks, memory_per_rank,
-                      graph=graph, hint=hint, delay=sched.get("delay", 0) if hint else 0)
+                      graph=graph, hint=hint, delay=hint_delay)
         if result.choice is not None:
             ctx.options["plan"] = result
-            params = dict(result.choice.best.cost.params)
-            if result.choice.best.cost.strategy == "vertex_cut" and str(params.get("delay", "")).startswith("cd-"):
-                # the plan the ranks run: its delay reaches the order pass as it does on each rank
-                ctx.options["delay"] = int(str(params["delay"])[3:])
+            if result.hinted and result.choice.best.cost.strategy == "vertex_cut":
+                # the hinted cd-r plan: its delay reaches the order pass as it does on each rank
+                ctx.options["delay"] = hint_delay
     pm = PassManager(after_each=after_each)
     pm.passes = [p for p in pm.passes if p.name not in disable]
     module = pm.run(module, ctx, stop_after=stop_after)

@@ -5,7 +5,8 @@ lowered program's layer widths, the graph's N and E, the number of ranks P
 and the memory per rank, or is the schedule's `partition` hint priced by
 it (`chosen_by=hint`: what `gdsl run --np P` executes); this pass writes it
 on the module as the `plan` attribute (strategy, predicted time split,
-words and memory per rank) so the IR dump shows it. Executing plans is the distributed runtime's job.
+words and memory per rank) so the IR dump shows it. Executing plans is the
+distributed runtime's job.
 
 Requires: `ctx.options["plan"]` (set by the compile driver when `--np` is
 given). Ensures: `module.attrs["plan"]` describes the choice, or nothing
@@ -36,7 +37,7 @@ class Partition:
             "memory_per_rank_bytes": int(best.memory_bytes),
             "runner_up": runner.name if runner else "none",
         }
-        if getattr(result, "hinted", False):
+        if result.hinted:
             module.attrs["plan"]["chosen_by"] = "hint"   # the schedule's partition, as `run --np` executes it
         # every collective the plan predicts, on the aggregation of its layer
         # (layer l = the l-th aggregate in program order); the weight-gradient
