@@ -102,13 +102,14 @@ def _hinted(choice: Choice, hint: str, delay, P: int) -> tuple[Choice, bool]:
     rows_replicated(c) with c * c > P)."""
     from dataclasses import replace
 
+    from gdsl.cost.distgnn import delay_label
     from gdsl.dist.cli_run import _from_candidate
     from gdsl.dist.part import parse_spec
     try:
         want = parse_spec(hint, delay=delay)
     except GdslError:
         return choice, False   # grid2d / grid3d: priced, not executed; the model's choice stands
-    label = {0: "cd-0", "none": "0c"}.get(want.delay, f"cd-{want.delay}")
+    label = delay_label(want.delay)
     for cand in choice.candidates:
         text = _from_candidate(cand, P, approximate=True)
         if text is None:

@@ -124,8 +124,8 @@ def test_vertex_cut_words_equal_prediction(delay):
     if MPIEXEC is None:
         pytest.skip("no mpiexec")
     from gdsl.cost.strategies import vertex_cut
-    graph, dims, _, _, _ = _program_orders()
-    layer_of = {name: i + 1 for i, name in enumerate(_program_orders(delay=delay)[4])}
+    graph, dims, _, _, aggregated = _program_orders(delay=delay)
+    layer_of = {name: i + 1 for i, name in enumerate(aggregated)}
     P, epochs = 2, 6
     [res] = run_driver(P, [{"program": GCN, "data": "cora", "plan": "vertex_cut", "delay": delay,
                             "epochs": epochs, "traffic": "all"}])

@@ -48,16 +48,19 @@ def random_replication(N: Expr, E: Expr, P: Expr) -> float:
     return P * (1 - (1 - 1 / P) ** (E / N))
 
 
+def delay_label(delay: Expr | None) -> str:
+    """DistGNN's name of a delay: None (or "none") -> 0c, 0 -> cd-0, r -> cd-r."""
+    if delay is None or delay == "none":
+        return "0c"
+    return "cd-0" if is_num(delay) and float(delay) == 0 else f"cd-{delay}"
+
+
 def vertex_cut(problem: Problem = SYMBOLIC, *, delay: Expr | None = 0, rho: Expr = sy.rho, orders=None) -> Cost:
     pb = problem
     N, E, P = pb.N, pb.E, pb.P
     layers = pb.layers(orders)
-    if delay is None:
-        label, exact, overlap = "0c", False, False
-    elif is_num(delay) and float(delay) == 0:
-        label, exact, overlap = "cd-0", True, False
-    else:
-        label, exact, overlap = f"cd-{delay}", False, True
+    label = delay_label(delay)
+    exact, overlap = label == "cd-0", label not in ("cd-0", "0c")
 
     def on_spmm(st: Step) -> list[OpCost]:
         ops = [spmm(st, E / P, rho * N / P, st.width, "DistGNN §5.1-5.2: local aggregation over E/P edges")]
