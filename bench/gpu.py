@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import statistics
 import sys
@@ -59,14 +58,14 @@ for p in (str(HERE), str(ROOT)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-import numpy as np  # noqa: E402
-
-import common  # noqa: E402
-import graphs  # noqa: E402
+import common
+import graphs
+import numpy as np
 
 PROGRAMS = HERE / "programs"
 GIB = 1 << 30
 SMOKE_N, SMOKE_DEG = 256, 6
+OPS = ("copy_sum", "copy_mean", "gat_layer", "gcn_epoch", "sage_epoch", "gat_epoch")
 
 
 # --------------------------------------------------------------------------
@@ -114,7 +113,6 @@ def copy_bandwidth(device, nbytes: int, timer: Timer) -> dict:
     y = torch.empty_like(x)
     y.copy_(x)
     best = min(timer.once(lambda: y.copy_(x)) for _ in range(10))
-    del x, y
     return {"bytes": nbytes, "best_s": best, "bytes_per_s": 2 * nbytes / best}
 
 
@@ -169,14 +167,14 @@ def main() -> None:
     ap.add_argument("--graph", default="rmat1m", choices=sorted(graphs.ALL))
     ap.add_argument("--smoke", action="store_true",
                     help="a 256-vertex RMAT, every path once (with TRITON_INTERPRET=1 on a machine without a GPU)")
-    ap.add_argument("--ops", default=",".join(common.OPS))
+    ap.add_argument("--ops", default=",".join(OPS))
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", default=None, help="report path (.md; the .json beside it)")
     a = ap.parse_args()
     ops = [o for o in a.ops.split(",") if o]
-    unknown = sorted(set(ops) - set(common.OPS) - {"copy_sum", "copy_mean"})
+    unknown = sorted(set(ops) - set(OPS))
     if unknown:
-        ap.error(f"unknown ops {unknown}; known: {', '.join(common.OPS)}")
+        ap.error(f"unknown ops {unknown}; known: {', '.join(OPS)}")
 
     import torch
     warnings.filterwarnings("ignore")
@@ -261,10 +259,12 @@ def main() -> None:
         print(f"check {what}: max |diff| / max |ref| = {err:.2e} {'ok' if ok else 'MISMATCH'}", flush=True)
         return ok
 
-    # ---- aggregations
-    for op in [o for o in ("copy_sum", "copy_mean") if o in ops]:
+    def free() -> None:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def bench_aggregation(op: str) -> None:
         mean = op == "copy_mean"
-        e = int(src_raw.size)
         A = csr_adj(src_raw, dst_raw, n, device, mean=mean)
         _, m = gdsl_module(f"{op}.gd")
         want = torch.sparse.mm(A, x)
@@ -273,10 +273,10 @@ def main() -> None:
             with torch.no_grad():
                 check(f"{op} ({'balanced' if mode == 'on' else 'row-parallel'}) vs torch.sparse", m(), want)
             tops.set_balance(*prev)
-        del want
-        nbytes = agg_bytes(n, e, f)
+        want = None
+        nbytes = agg_bytes(n, int(src_raw.size), f)
 
-        def bwx(t):
+        def bandwidth(t):
             return {"GB_per_s": round(nbytes / t["median_s"] / 1e9, 1),
                     "fraction_of_copy": round(nbytes / t["median_s"] / bw, 3)}
 
@@ -284,81 +284,98 @@ def main() -> None:
                           ("on", "gdsl-triton (balanced)")):
             prev = tops.set_balance(mode)
             with torch.no_grad():
-                t = timer.measure(lambda: m(), reps, budget)
+                t = timer.measure(m, reps, budget)
             tops.set_balance(*prev)
-            row(op, who, t, **bwx(t))
+            row(op, who, t, **bandwidth(t))
         t = timer.measure(lambda: torch.sparse.mm(A, x), reps, budget)
-        row(op, "torch.sparse CSR", t, **bwx(t))
-        del A, m
+        row(op, "torch.sparse CSR", t, **bandwidth(t))
+        A = m = None
+        free()
         if have_pyg:
             agg = Agg("mean" if mean else "sum")
             ei = torch.stack([torch.from_numpy(src_raw), torch.from_numpy(dst_raw)]).to(device)
             with torch.no_grad():
                 attempt(op, "pyg (edge_index)", lambda: agg(x, ei))
-            del ei
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
 
-    # ---- the GAT layer, forward + backward
-    if "gat_layer" in ops:
+    def bench_gat_layer() -> None:
         s, d = variants["loops"]
-        _, m = gdsl_module("gat_layer.gd")
         gout = torch.randn(n, common.HEADS, common.HEAD_DIM, generator=torch.Generator().manual_seed(1)).to(device)
-        gat_check(m, x, s, d, n, gout, check)
 
-        def fb():
-            m.zero_grad(set_to_none=True)
-            m().backward(gout)
+        def gdsl_side():
+            _, m = gdsl_module("gat_layer.gd")
+            gat_check(m, x, s, d, n, gout, check)
 
-        attempt("gat_layer", "gdsl-triton (fused chain)", fb)
-        del m
-        if have_pyg:
+            def fb():
+                m.zero_grad(set_to_none=True)
+                m().backward(gout)
+
+            attempt("gat_layer", "gdsl-triton (fused chain)", fb)
+
+        def pyg_side():
             conv = GATConv(f, common.HEAD_DIM, heads=common.HEADS, add_self_loops=False).to(device)
             ei = torch.stack([torch.from_numpy(s), torch.from_numpy(d)]).to(device)
             g2 = gout.reshape(n, -1)
 
-            def pfb():
+            def fb():
                 conv.zero_grad(set_to_none=True)
                 conv(x, ei).backward(g2)
 
-            attempt("gat_layer", "pyg GATConv", pfb)
-            del conv, ei
+            attempt("gat_layer", "pyg GATConv", fb)
 
-    # ---- full-batch training steps
+        gdsl_side()
+        free()
+        if have_pyg:
+            pyg_side()
+
+    # op: (gdsl program, PyG model, graph variant, PyG's Adam lr and weight decay as in the program)
     epoch_ops = {"gcn_epoch": ("gcn128.gd", "GCN", "sym_loops", (0.01, 5e-4)),
                  "sage_epoch": ("sage128.gd", "SAGE", "raw", (0.003, 0.0)),
                  "gat_epoch": ("gat4x32.gd", "GAT", "loops", (0.005, 5e-4))}
-    for op, (prog_file, pyg_name, variant, (lr, wd)) in epoch_ops.items():
-        if op not in ops:
-            continue
-        prog, m = gdsl_module(prog_file)
-        opt = make_optimizer(prog.train.optimizer, prog.train.optimizer_args, m.parameters())
 
-        def step(m=m, opt=opt):
-            m.train()
-            opt.zero_grad(set_to_none=True)
-            m.loss(m()).backward()
-            opt.step()
+    def bench_epoch(op: str) -> None:
+        prog_file, pyg_name, variant, (lr, wd) = epoch_ops[op]
 
-        attempt(op, "gdsl-triton", step)
-        del m, opt
-        if have_pyg:
+        def gdsl_side():
+            prog, m = gdsl_module(prog_file)
+            opt = make_optimizer(prog.train.optimizer, prog.train.optimizer_args, m.parameters())
+
+            def step():
+                m.train()
+                opt.zero_grad(set_to_none=True)
+                m.loss(m()).backward()
+                opt.step()
+
+            attempt(op, "gdsl-triton", step)
+
+        def pyg_side():
             torch.manual_seed(0)
             model = {"GCN": GCN, "SAGE": SAGE, "GAT": GAT}[pyg_name]().to(device)
             s, d = variants[variant]
             ei = torch.stack([torch.from_numpy(s), torch.from_numpy(d)]).to(device)
-            popt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=wd)
+            opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=wd)
 
-            def pstep(model=model, ei=ei, popt=popt):
+            def step():
                 model.train()
-                popt.zero_grad(set_to_none=True)
+                opt.zero_grad(set_to_none=True)
                 torch.nn.functional.cross_entropy(model(x, ei)[train], y[train]).backward()
-                popt.step()
+                opt.step()
 
-            attempt(op, "pyg", pstep)
-            del model, ei, popt
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+            attempt(op, "pyg", step)
+
+        gdsl_side()
+        free()
+        if have_pyg:
+            pyg_side()
+            free()
+
+    for op in ops:
+        if op in ("copy_sum", "copy_mean"):
+            bench_aggregation(op)
+        elif op == "gat_layer":
+            bench_gat_layer()
+        elif op in epoch_ops:
+            bench_epoch(op)
+        free()
 
     out = Path(a.out) if a.out else (HERE / ".cache" / "RESULTS-gpu-smoke.md" if a.smoke else HERE / "RESULTS-gpu.md")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -408,18 +425,18 @@ def report(res: dict) -> str:
              "",
              f"- device: {d['name']}" + (f", {d['sms']} SMs, {d['memory_gib']} GiB, CUDA {d['cuda']}, "
                                          f"compute capability {d['capability']}" if "sms" in d else ""),
-             f"- versions: " + ", ".join(f"{k} {v}" for k, v in res["versions"].items()),
-             f"- copy bandwidth (device-to-device copy of {res['copy']['bytes'] >> 20} MiB, read + write, "
-             f"best of 10): {bw / 1e9:.0f} GB/s",
+             "- versions: " + ", ".join(f"{k} {v}" for k, v in res["versions"].items()),
+             (f"- copy bandwidth (device-to-device copy of {res['copy']['bytes'] >> 20} MiB, read + write, "
+              f"best of 10): {bw / 1e9:.0f} GB/s"),
              f"- graph {res['graph']}: N = {res['n']:,}, E = " + ", ".join(f"{v} {e:,}" for v, e in res["e"].items())
              + f"; f = {common.F}",
              "", "## Checks (before timing)", "", "| check | max rel. error | |", "|---|---|---|"]
     for c in res["checks"]:
         lines.append(f"| {c['check']} | {c['max_rel_err']:.1e} | {'ok' if c['ok'] else 'MISMATCH'} |")
     lines += ["", "## Timings", "",
-              "Median of the repetitions (CUDA events); `first`: the warm-up call, with compilation and "
-              "autotuning. Ratio: the peer's median over gdsl's (above 1: gdsl is faster); for aggregations "
-              "the peer is torch.sparse, else PyG.", "",
+              ("Median of the repetitions (CUDA events); `first`: the warm-up call, with compilation and "
+               "autotuning. Ratio: the peer's median over gdsl's (above 1: gdsl is faster); for aggregations "
+               "the peer is torch.sparse, else PyG."), "",
               "| op | framework | median | first | ratio | achieved bandwidth | of copy bw |",
               "|---|---|---|---|---|---|---|"]
     by_op: dict = {}
