@@ -7,8 +7,8 @@ from typing import Any
 
 from torch import nn
 
-from gdsl.compiler import Compiled, compile_source, read_source
-from gdsl.diagnostics import GdslError
+from gdsl.compiler import Compiled, compile_source, front, read_source
+from gdsl.diagnostics import CompileError, GdslError
 from gdsl.graph.graph import Graph
 from gdsl.ir.printer import print_module
 from gdsl.runtime.binding import bind_dims
@@ -38,16 +38,37 @@ class Program:
 
     def __init__(self, source: str, file: str = "<input>", train: str | None = None, **overrides: Any) -> None:
         self.source, self.file, self.train_name, self.overrides = source, file, train, overrides
-        self.compiled: Compiled = compile_source(source, file, overrides=overrides, train=train)
+        self._compiled: Compiled | None = None
+        self._unbound: CompileError | None = None
+        try:
+            self._compiled = compile_source(source, file, overrides=overrides, train=train)
+            self.checked = self._compiled.checked
+        except CompileError as e:
+            # A program whose only errors are about symbolic dims that data binds
+            # (`repeat C - 5`, `dropout(h, 1 / N)`, `reshape(X, [1433])`) is
+            # compiled when it is bound to a graph; `compiled` / `ir` raise the
+            # error until then.
+            if not e.needs_data:
+                raise
+            self._unbound = e
+            self.checked = front(source, file, train)[1]
+
+    @property
+    def compiled(self) -> Compiled:
+        """The program compiled with symbolic dims (CompileError if it needs
+        data to compile: see `bind`)."""
+        if self._compiled is None:
+            raise self._unbound
+        return self._compiled
 
     @property
     def train(self):
         """The selected train block as a `TrainConfig` (or None)."""
-        return self.compiled.checked.train
+        return self.checked.train
 
     @property
     def default_backend(self) -> str:
-        return default_backend(self.compiled.checked.schedule.get("target"))
+        return default_backend(self.checked.schedule.get("target"))
 
     @property
     def ir(self) -> str:
@@ -55,7 +76,7 @@ class Program:
 
     def bind(self, graph: Graph) -> Compiled:
         """Compile again with the dims bound from `graph` (concrete shapes)."""
-        dims = bind_dims(self.compiled.checked, graph)
+        dims = bind_dims(self.checked, graph)
         return compile_source(self.source, self.file, dims=dims, overrides=self.overrides, train=self.train_name)
 
     def module(self, graph: Graph, backend: str | None = None) -> nn.Module:

@@ -18,6 +18,17 @@ from gdsl.diagnostics import CompileError, GdslError, render_all
 STAGES = ("ast", "ir", "ir-opt")
 
 
+def _seed(text: str) -> int:
+    """--seed: an integer in [0, 2**63) (what torch's generators take)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if not 0 <= v < 2 ** 63:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**63), got {text}")
+    return v
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gdsl", description="gdsl: a compiler for graph neural network training")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
@@ -45,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="train a program (full-batch) and report accuracy")
     common(r)
     r.add_argument("--epochs", type=int, help="override the train block's epochs")
-    r.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    r.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
     r.add_argument("--backend", choices=("reference", "numba", "triton"),
                    help="execution backend (default: triton if the schedule says target = gpu, else numba; "
                         "reference where numba is not installed)")
@@ -67,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     common(pa)
     pa.add_argument("--np", type=int, dest="np_", metavar="P", required=True, help="number of ranks")
     pa.add_argument("--out", metavar="DIR", required=True, help="directory for part-<rank>.npz files")
-    pa.add_argument("--seed", type=int, default=0, help="seed for random partitions (default 0)")
+    pa.add_argument("--seed", type=_seed, default=0, help="seed for random partitions (default 0)")
     _dist_args(pa)
 
     pl = sub.add_parser("plan", help="predict and choose a distributed plan with the cost model")
@@ -155,6 +166,19 @@ def _data_dims(source: str, args, want_graph: bool = False):
     return bind_dims(checked, g), seen.num_edges
 
 
+def _dim_names(source: str, args) -> set[str]:
+    """N, E and the symbolic dims the program's inputs declare (F, C, ...)."""
+    from gdsl.compiler import front
+    from gdsl.frontend.lower import _names_in
+
+    _, checked = front(source, args.program, args.train)
+    names = {"N", "E"}
+    for d in checked.inputs.values():
+        for x in d.type.shape or []:
+            names |= {n.id for n in _names_in(x)}
+    return names
+
+
 def cmd_plan(args, parser) -> int:
     from gdsl.compiler import compile_source, read_source
     from gdsl.cost.choose import NoPlanFits
@@ -167,12 +191,22 @@ def cmd_plan(args, parser) -> int:
     graph = None
     if args.data:
         dims, dims["E"], graph = _data_dims(source, args, want_graph=True)
+    given: set[str] = set()
+    known = _dim_names(source, args) if args.dims else set()
     for kv in (args.dims or "").split(","):
         if kv.strip():
             k, sep, v = kv.partition("=")
+            k = k.strip()
             if not sep or not v.strip().isdigit():
                 parser.error(f"--dims expects NAME=INT pairs, got '{kv}'")
-            dims[k.strip()] = int(v)
+            if k in given:
+                parser.error(f"--dims gives {k} twice")
+            if k not in known:
+                parser.error(f"--dims: the program has no dim {k} (its dims: {', '.join(sorted(known))})")
+            if int(v) < (0 if k == "E" else 1):
+                parser.error(f"--dims: {k} must be at least {0 if k == 'E' else 1}, got {v.strip()}")
+            given.add(k)
+            dims[k] = int(v)
     row = {k: dims.pop(k) for k in ("N", "E") if k in dims}
     lowered = compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser),
                              train=args.train, stop_after="lower").module
@@ -305,10 +339,14 @@ def cmd_compile(args, parser) -> int:
 def cmd_run(args, parser) -> int:
     import gdsl
     from gdsl.graph.io import load_graph, resolve_data
-    from gdsl.runtime.trainer import Progress, train, write_json
+    from gdsl.runtime.trainer import Progress, check_json_path, train, write_json
 
     if args.epochs is not None and args.epochs < 1:
         parser.error("--epochs must be at least 1")
+    if args.np_ is not None and args.np_ < 1:
+        parser.error(f"--np must be at least 1, got {args.np_}")
+    if args.json:
+        check_json_path(args.json)   # before training, not after it
     prog = gdsl.compile(args.program, train=args.train, **_overrides(args.set, parser))
     cfg = prog.train
     if cfg is None:
@@ -360,6 +398,21 @@ def cmd_partition(args, parser) -> int:
     return run_partition(args, prog, graph)
 
 
+def _out_of_memory(e: RuntimeError) -> str | None:
+    """torch's allocation failure (a shape too large for this machine: a huge
+    hidden width or class count) in one line, or None for other errors."""
+    import torch
+
+    text = str(e)
+    if not (isinstance(e, torch.OutOfMemoryError) or "tried to allocate" in text or "DefaultCPUAllocator" in text):
+        return None
+    import re
+
+    m = re.search(r"tried to allocate (\d+) bytes", text)
+    what = f"a tensor of {int(m.group(1)) / 2**30:,.1f} GiB" if m else "a tensor"
+    return f"torch could not allocate {what} (is a dim or a static argument far larger than meant?)"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -393,6 +446,21 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except PermissionError as e:
         print(f"gdsl: error: {e.filename}: permission denied", file=sys.stderr)
+        return 1
+    except FileExistsError as e:   # a directory wanted (--dump-dir, --out) where a file is
+        print(f"gdsl: error: {e.filename}: exists and is not a directory", file=sys.stderr)
+        return 1
+    except NotADirectoryError as e:
+        print(f"gdsl: error: {e.filename}: a part of this path is not a directory", file=sys.stderr)
+        return 1
+    except MemoryError:
+        print("gdsl: error: out of memory", file=sys.stderr)
+        return 1
+    except RuntimeError as e:
+        oom = _out_of_memory(e)
+        if oom is None or debug:
+            raise
+        print(f"gdsl: error: out of memory: {oom}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("gdsl: interrupted", file=sys.stderr)

@@ -29,15 +29,19 @@ class Compiled:
 def read_source(path: str | Path) -> str:
     """Read a .gd file as UTF-8 text, refusing binary and huge input."""
     p = Path(path)
-    data = p.read_bytes()
+    with p.open("rb") as fh:   # at most one byte past the limit: never a whole huge file (or /dev/zero)
+        data = fh.read(MAX_SOURCE_BYTES + 1)
     file = str(path)
     if len(data) > MAX_SOURCE_BYTES:
         raise CompileError([Diagnostic(Span(1, 1, 1, 2, file), f"file is larger than {MAX_SOURCE_BYTES} bytes")])
     try:
-        return data.decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise CompileError([Diagnostic(Span(line, 1, line, 2, file), "input is not UTF-8 text")]) from None
+    # a UTF-8 byte-order mark (some Windows editors write one) is not text;
+    # CR-only line ends (classic Mac) are line ends like CRLF and LF
+    return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
 
 
 def front(source: str, file: str, train: str | None = None) -> tuple[ast.Program, CheckedProgram]:

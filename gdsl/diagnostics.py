@@ -36,6 +36,10 @@ class Diagnostic:
     message: str
     severity: str = "error"  # error | warning | note
     notes: tuple["Diagnostic", ...] = ()
+    # True where the error is about a symbolic dim that data would bind (a
+    # `repeat C - 5` count, `reshape(X, [1433])` with F unbound): the API
+    # defers such a program's compile until it is bound to a graph.
+    needs_data: bool = False
 
     def sort_key(self):
         return (self.span.file, self.span.line, self.span.col, self.message)
@@ -49,6 +53,11 @@ class CompileError(Exception):
         self.source = source
         super().__init__("\n".join(f"{d.span}: {d.severity}: {d.message}" for d in self.diagnostics))
 
+    @property
+    def needs_data(self) -> bool:
+        """Every error is one that binding the dims from data may resolve."""
+        return bool(self.diagnostics) and all(d.needs_data for d in self.diagnostics)
+
 
 class GdslError(Exception):
     """A user error that is not tied to a source position (data files, CLI)."""
@@ -61,11 +70,11 @@ class DiagnosticBag:
         self.items: list[Diagnostic] = []
         self._seen: set[tuple] = set()
 
-    def error(self, span: Span, message: str, notes: tuple[Diagnostic, ...] = ()) -> None:
+    def error(self, span: Span, message: str, notes: tuple[Diagnostic, ...] = (), needs_data: bool = False) -> None:
         key = (span.line, span.col, message)
         if key not in self._seen:
             self._seen.add(key)
-            self.items.append(Diagnostic(span, message, "error", notes))
+            self.items.append(Diagnostic(span, message, "error", notes, needs_data))
 
     def note(self, span: Span, message: str) -> Diagnostic:
         return Diagnostic(span, message, "note")

@@ -21,6 +21,7 @@ from gdsl.cost.halo import edge_cut, hash_halo
 from gdsl.cost.cagnet import grid2d, grid3d, replicate, rows, rows_replicated
 from gdsl.cost.p3 import features
 from gdsl.cost.problem import OrderConfig, Problem
+from gdsl.diagnostics import GdslError
 from gdsl.cost.profile import DEFAULT_PROFILE, Profile, comm_time, compute_time, predict_time
 from gdsl.cost.record import Cost, _subs
 from gdsl.cost.redistribute import redistribute
@@ -31,9 +32,10 @@ ALL = ("replicate", "rows", "rows_replicated", "grid2d", "grid3d", "features",
        "redistribute", "vertex_cut", "edge_cut")
 
 
-class NoPlanFits(ValueError):
+class NoPlanFits(GdslError, ValueError):
     """No candidate fits the memory per rank; the message says how much the
-    smallest and the fastest would need."""
+    smallest and the fastest would need. A user error wherever it surfaces
+    (`gdsl plan`, `gdsl compile --np`, `gdsl run --np`)."""
 
 
 @dataclass(frozen=True)

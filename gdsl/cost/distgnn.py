@@ -44,8 +44,13 @@ LIBRA_REPLICATION = {
 def random_replication(N: Expr, E: Expr, P: Expr) -> float:
     """Replication factor of a random edge placement, P (1 - (1 - 1/P)^(E/N)):
     an upper bound for Libra when no partition has been measured (Libra
-    places edges greedily to avoid new clones)."""
-    return P * (1 - (1 - 1 / P) ** (E / N))
+    places edges greedily to avoid new clones). At least 1: every vertex
+    has its owner's copy, also where E < N leaves most vertices edgeless."""
+    rho = P * (1 - (1 - 1 / P) ** (E / N))
+    if all(is_num(x) for x in (N, E, P)):
+        return max(1.0, float(rho))
+    import sympy
+    return sympy.Max(1, rho)
 
 
 def delay_label(delay: Expr | None) -> str:

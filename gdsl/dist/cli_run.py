@@ -35,7 +35,7 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
                 mem_per_rank: str | None = None, quiet: bool = False) -> Spec:
     """--partition, else the schedule's `partition` hint, else the cost model's
     fastest executable plan (`auto`)."""
-    sched = prog.compiled.checked.schedule
+    sched = prog.checked.schedule
     text = partition or (sched.get("partition") if sched.get("partition") not in (None, "auto") else None)
     if delay is None:
         delay = sched.get("delay", 0)
@@ -45,8 +45,8 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
         else:
             from gdsl.planning import parse_bytes, plan
             from gdsl.runtime.binding import bind_dims
-            dims = bind_dims(prog.compiled.checked, graph)
-            opts = prog.compiled.checked.graph_options
+            dims = bind_dims(prog.checked, graph)
+            opts = prog.checked.graph_options
             g = graph.with_options(self_loops=opts.get("self_loops", False), symmetric=opts.get("symmetric", False))
             dims["E"] = g.num_edges
             from gdsl.compiler import compile_source

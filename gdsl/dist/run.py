@@ -45,9 +45,9 @@ def write_partition(prog, graph, spec, P: int, out: str | Path) -> dict:
     from gdsl.dist.part import build_parts, save_part
     from gdsl.runtime.binding import bind_dims, check_masks
 
-    check_masks(prog.compiled.checked, graph)
-    dims = bind_dims(prog.compiled.checked, graph)
-    opts = prog.compiled.checked.graph_options
+    check_masks(prog.checked, graph)
+    dims = bind_dims(prog.checked, graph)
+    opts = prog.checked.graph_options
     g = graph.with_options(self_loops=opts.get("self_loops", False), symmetric=opts.get("symmetric", False))
     t0 = time.perf_counter()
     parts = build_parts(spec, g, P)

@@ -7,10 +7,11 @@ name's domain and shape is known.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from gdsl.diagnostics import DiagnosticBag, Span
+from gdsl.diagnostics import DiagnosticBag, GdslError, Span
 from gdsl.frontend import ast
 
 GRAPH_OPTIONS = ("self_loops", "symmetric")
@@ -94,6 +95,7 @@ class Checker:
         self.diags = DiagnosticBag()
         self.train_name = train_name
         self._defined: dict[str, tuple[str, Span]] = {}
+        self._bad_inputs: set[str] = set()
 
     def define(self, name: str, kind: str, span: Span) -> None:
         if name in self._defined:
@@ -126,6 +128,13 @@ class Checker:
                     self.define(d.name, "layer", d.span)
                     self.out.layers[d.name] = d
                     self.check_static_params(d.static)
+                    statics, args = {p.name for p in d.static}, set()
+                    for a in d.args:
+                        if a.name in args:
+                            self.diags.error(a.span, f"tensor argument '{a.name}' of {d.name} is declared twice")
+                        elif a.name in statics:
+                            self.diags.error(a.span, f"'{a.name}' is both a static and a tensor argument of {d.name}")
+                        args.add(a.name)
                 case ast.ModelDecl():
                     self.define(d.name, "model", d.span)
                     self.out.models[d.name] = d
@@ -147,6 +156,9 @@ class Checker:
 
     # ---- declarations
     def check_input(self, d: ast.InputDecl) -> None:
+        if d.name in self._defined:   # reported once; the first declaration stands (no follow-on errors)
+            self.define(d.name, "input", d.span)
+            return
         self.define(d.name, "input", d.span)
         if d.domain not in ("vertex", "edge"):
             self.diags.error(d.span, f"unknown domain '{d.domain}' for input '{d.name}' (expected vertex or edge)")
@@ -155,6 +167,7 @@ class Checker:
         elif d.type.dtype == "label":
             if d.domain != "vertex":
                 self.diags.error(d.type.span, "labels are vertex inputs")
+                self._bad_inputs.add(d.name)   # reported here; its uses are not reported again
             if not d.type.shape or len(d.type.shape) != 1:
                 self.diags.error(d.type.span, "a label input names its class count: label[C]")
         self.out.inputs[d.name] = d
@@ -172,10 +185,8 @@ class Checker:
         if not trains:
             return
         if self.train_name is not None:
-            if self.train_name not in trains:
-                self.diags.error(Span(1, 1, 1, 2, self.p.file),
-                                 f"no train block named '{self.train_name}' (have: {', '.join(trains)})")
-                return
+            if self.train_name not in trains:   # the caller's choice (--train), not a place in the source
+                raise GdslError(f"{self.p.file}: no train block named '{self.train_name}' (have: {', '.join(trains)})")
             decl = trains[self.train_name]
         else:
             decl = next(iter(trains.values()))
@@ -233,7 +244,9 @@ class Checker:
             return
         target = args[0].id
         inp = self.out.inputs.get(target)
-        if inp is None or inp.domain != "vertex":
+        if target in self._bad_inputs:
+            pass
+        elif inp is None or inp.domain != "vertex":
             self.diags.error(args[0].span, f"loss target '{target}' is not a vertex input")
         elif name in ("cross_entropy", "nll") and inp.type.dtype != "label" and inp.type.dtype in DTYPES:
             self.diags.error(args[0].span, f"{name} needs a label input; '{target}' is {inp.type.dtype}")
@@ -265,12 +278,23 @@ class Checker:
             v = _number(k.value)
             if k.name not in OPTIMIZERS[name]:
                 self.diags.error(k.span, f"unknown {name} option '{k.name}' (expected one of {', '.join(OPTIMIZERS[name])})")
+            elif k.name in opts:
+                self.diags.error(k.span, f"{name} option '{k.name}' is given twice")
             elif v is None:
                 self.diags.error(k.value.span, f"{name} option '{k.name}' must be a number")
-            elif v < 0 or (k.name == "lr" and v == 0):
+            elif not math.isfinite(v):
+                self.diags.error(k.value.span, f"{name} option '{k.name}' must be a finite number")
+            elif v < 0 or (k.name in ("lr", "eps") and v == 0):
                 self.diags.error(k.value.span, f"{name} option '{k.name}' must be positive")
+            elif k.name in ("beta1", "beta2") and v >= 1:
+                self.diags.error(k.value.span, f"{name} option '{k.name}' must be in [0, 1), got {v:g}")
+            elif k.name == "nesterov" and v not in (0, 1):
+                self.diags.error(k.value.span, f"{name} option 'nesterov' is 0 or 1, got {v:g}")
             else:
                 opts[k.name] = v
+        if name == "sgd" and opts.get("nesterov") and not opts.get("momentum"):
+            at = next(k for k in kwargs if k.name == "nesterov")
+            self.diags.error(at.span, "sgd with nesterov = 1 needs a momentum > 0")
         cfg.optimizer, cfg.optimizer_args = name, {"lr": 0.01, **opts}
 
     def _positive_int(self, e: ast.Expr, what: str) -> int | None:
@@ -314,11 +338,15 @@ class Checker:
 
     # ---- schedule
     def check_schedule(self, d: ast.ScheduleDecl) -> None:
+        seen: set = set()
         for s in d.body:
             if isinstance(s, ast.OrderHint):
                 if s.key != "order":
                     self.diags.error(s.span, f"only 'order' takes a per-call hint, not '{s.key}'")
+                elif (s.layer, s.occurrence) in seen:
+                    self.diags.error(s.span, f"the order of {s.layer}#{s.occurrence} is given twice")
                 else:
+                    seen.add((s.layer, s.occurrence))
                     v = self._order(s.value, ORDERS[1:])
                     if v is not None:
                         s.spec = v
@@ -333,10 +361,20 @@ class Checker:
             if len(s.values) != 1:
                 self.diags.error(s.values[1].span, f"'{s.target}' takes one value")
                 continue
+            if s.target in seen:
+                self.diags.error(s.span, f"schedule hint '{s.target}' is given twice")
+                continue
+            seen.add(s.target)
             v = getattr(self, f"hint_{s.target}")(s.values[0])
             if v is not None:
                 self.out.schedule[s.target] = v
                 self.out.schedule_spans[s.target] = s.values[0].span
+        sched = self.out.schedule
+        part = sched.get("partition", "auto")
+        if sched.get("delay", 0) != 0 and part != "auto" and not part.startswith("vertex_cut"):
+            self.diags.error(self.out.schedule_spans["delay"],
+                             f"delay = {sched['delay']} cannot hold for partition = {part}: a delay applies to "
+                             "vertex_cut only (DistGNN cd-r / 0c: the split vertices' remote partial aggregates)")
 
     def _word(self, e: ast.Expr, allowed, what: str):
         if isinstance(e, ast.Name) and e.id in allowed:
@@ -427,8 +465,10 @@ class Checker:
             v = _number(k.value)
             if k.name not in allowed:
                 self.diags.error(k.span, f"unknown {name} option '{k.name}' (expected one of {', '.join(allowed)})")
-            elif v is None or v < 0:
-                self.diags.error(k.value.span, f"{name} option '{k.name}' must be a non-negative number")
+            elif v is None or v < 0 or not math.isfinite(v):
+                self.diags.error(k.value.span, f"{name} option '{k.name}' must be a non-negative finite number")
+            elif k.name in ("depth", "size", "lifespan") and (not isinstance(v, int) or v < 1):
+                self.diags.error(k.value.span, f"{name} option '{k.name}' must be a positive integer")
             else:
                 opts[k.name] = v
         return {"kind": name, **opts}

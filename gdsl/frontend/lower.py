@@ -75,14 +75,15 @@ class Lowerer:
         self.call_count: dict[str, int] = {}
         self.called_layers: set[str] = set()
         self.cur_stage = "model"
+        self.unrolled = 0   # repeat iterations unrolled so far (capped at MAX_UNROLL in all)
         # Feature shapes in terms of a layer's own static args and dims
         # (`[heads, dout]` even when heads = dout = 8): used only to decide
         # how operands broadcast, so the decision never depends on sizes.
         self.symshape: dict[Value, tuple] = {}
 
     # ---- helpers -----------------------------------------------------------
-    def error(self, span: Span, msg: str) -> None:
-        self.diags.error(span, msg)
+    def error(self, span: Span, msg: str, needs_data: bool = False) -> None:
+        self.diags.error(span, msg, needs_data=needs_data)
         raise _Bail()
 
     def global_dim(self, name: str) -> sympy.Expr:
@@ -98,10 +99,12 @@ class Lowerer:
             t = infer(name, [v.type for v in operands], attrs)
         except ShapeError as e:
             decl = operands[1].owner if name == "matmul" and operands[1].owner is not None else None
+            unbound = any(_symbolic(v.type.shape) for v in operands) or _symbolic(attrs.get("shape", ()))
             if decl is not None and decl.name == "param":
-                self.diags.error(span, str(e), (self.diags.note(decl.span, f"{decl.attrs['name']} declared here"),))
+                self.diags.error(span, str(e), (self.diags.note(decl.span, f"{decl.attrs['name']} declared here"),),
+                                 needs_data=unbound)
                 raise _Bail() from None
-            self.error(span, str(e))
+            self.error(span, str(e), needs_data=unbound)
         if sc.in_layer and name not in ("param", "input"):
             attrs.setdefault("stage", self.cur_stage)
         if sc.scope:
@@ -177,22 +180,28 @@ class Lowerer:
 
     def static_int(self, e: ast.Expr, env, what: str, lo: int = 0) -> int:
         v = self.static(e, env, what)
-        if not (v.is_number and v == int(v)) or int(v) < lo:
+        if not v.is_number:
+            self.error(e.span, f"{what} must be an integer >= {lo}, got {_fmt(v)}", needs_data=True)
+        if not v.is_finite or v != int(v) or int(v) < lo:
             self.error(e.span, f"{what} must be an integer >= {lo}, got {_fmt(v)}")
         return int(v)
 
     def static_float(self, e: ast.Expr, env, what: str) -> float:
         v = self.static(e, env, what)
         if not v.is_number:
-            self.error(e.span, f"{what} must be a number, got {_fmt(v)}")
+            self.error(e.span, f"{what} must be a number, got {_fmt(v)}", needs_data=True)
+        if not v.is_finite:
+            self.error(e.span, f"{what} must be a finite number, got {_fmt(v)}")
         return float(v)
 
     def shape(self, dims: list[ast.Expr], env, symbolic: bool = False) -> tuple:
         out = []
         for d in dims:
             v = self.static(d, env, symbolic=symbolic)
-            if v.is_number and (v != int(v) or v <= 0):
-                self.error(d.span, f"dimension must be a positive integer, got {_fmt(v)}")
+            if v.is_number and (not v.is_Integer or v <= 0):
+                whole = v.is_finite and float(v).is_integer()   # 16.0: a float with a whole value
+                self.error(d.span, f"dimension must be a positive integer, got {_fmt(v)}"
+                           + (f" (a float; write {int(v)})" if whole and v > 0 else ""))
             out.append(sympy.Integer(int(v)) if v.is_number else v)
         return tuple(out)
 
@@ -262,7 +271,8 @@ class Lowerer:
                 self.diags.error(h.span, f"order hint names unknown layer '{h.layer}'")
             elif not 1 <= h.occurrence <= self.call_count.get(h.layer, 0):
                 n = self.call_count.get(h.layer, 0)
-                self.diags.error(h.span, f"order hint for {h.layer}#{h.occurrence}, but the model calls {h.layer} {n} time{'s' if n != 1 else ''}")
+                self.diags.error(h.span, f"order hint for {h.layer}#{h.occurrence}, but the model calls {h.layer} "
+                                 f"{n} time{'s' if n != 1 else ''} (calls count from #1)")
             else:
                 call = calls.get(f"{h.layer}_{h.occurrence}")
                 if call is not None:
@@ -304,6 +314,11 @@ class Lowerer:
         elif spec.fn == "bce":
             if out.type.shape not in ((), (1,)) and t.type.dtype == "i64":
                 self.diags.error(spec.span, f"bce with labels needs model output [] or [1], got {fmt_shape(out.type.shape)}")
+                return
+            classes = t.owner.attrs.get("classes") if t.type.dtype == "i64" else None
+            if classes is not None and classes.is_number and int(classes) > 2:
+                self.diags.error(spec.span, f"bce needs 0/1 labels, but '{spec.target}' has {int(classes)} classes "
+                                 "(use cross_entropy)")
                 return
         elif spec.fn == "mse" and t.type.dtype != "f32":
             self.diags.error(spec.span, f"mse needs an f32 vertex input as its target; '{spec.target}' holds class labels "
@@ -393,13 +408,16 @@ class Lowerer:
                 n = self.static_int(s.count, sc.env, "repeat count")
                 if n > MAX_UNROLL:
                     self.error(s.count.span, f"repeat count {n} is larger than {MAX_UNROLL}")
+                # the cap is on the iterations unrolled in all: a nested repeat
+                # counts again in each iteration of the one around it
+                self.unrolled += n
+                if self.unrolled > MAX_UNROLL:
+                    self.error(s.count.span, f"the repeats unroll more than {MAX_UNROLL} iterations in all "
+                                             "(a nested repeat counts once per outer iteration)")
                 for _ in range(n):
                     for inner in s.body:
-                        try:
-                            if self.stmt(inner, sc, is_layer) is not None:
-                                self.error(inner.span, "return inside repeat")
-                        except _Bail:
-                            raise
+                        if self.stmt(inner, sc, is_layer) is not None:
+                            self.error(inner.span, "return inside repeat")
             case ast.ParamStmt():
                 self.error(s.span, "params are declared in layers, not models")
             case ast.StageStmt():
@@ -432,6 +450,9 @@ class Lowerer:
                 self.error(e.span, f"unknown init '{init}' (expected one of glorot, zeros, ones, normal(std), uniform(a))")
             if len(init_args) != INITS[init]:
                 self.error(e.span, f"init '{init}' takes {INITS[init]} argument{'s' if INITS[init] != 1 else ''}")
+            if init_args and init_args[0] < 0:   # normal(std), uniform(a): U(-a, a)
+                what = "std" if init == "normal" else "bound a of U(-a, a)"
+                self.error(e.args[0].span, f"{init}'s {what} must be >= 0, got {init_args[0]:g}")
         if s.name in sc.env and sc.env[s.name].kind == "param":
             self.error(s.span, f"param '{s.name}' is declared twice")
         attrs = {"name": s.name, "init": init if not init_args else f"{init}({init_args[0]!r})",
@@ -613,22 +634,31 @@ class Lowerer:
             return self.layer_call(f.base.id, f.args, f.kwargs, e, sc)
         if isinstance(f, ast.Name) and f.id in self.prog.layers:
             return self.layer_call(f.id, [], [], e, sc)
-        if isinstance(f, ast.Name) and f.id in self.prog.models:
-            self.error(f.span, f"model '{f.id}' cannot be called; call layers from a model")
+        model = f.base if isinstance(f, ast.Index) else f
+        if isinstance(model, ast.Name) and model.id in self.prog.models:
+            self.error(f.span, f"model '{model.id}' cannot be called; call layers from a model")
         if not isinstance(f, ast.Name):
             self.error(f.span, f"'{ast.format_expr(f)}' is not a function or layer")
         return self.builtin(f.id, e, sc)
 
     def _nargs(self, e: ast.Call, lo: int, hi: int, kw: tuple = ()) -> dict[str, ast.Expr]:
+        """Check a builtin call's arguments: lo..hi positional ones; named
+        options from `kw`, where option i may also be given as positional
+        argument lo + i (dropout(x, 0.5) or dropout(x, p = 0.5), not both)."""
         name = e.func.id
-        if not lo <= len(e.args) <= hi:
-            want = str(lo) if lo == hi else f"{lo} to {hi}"
-            self.error(e.span, f"{name} takes {want} argument{'s' if hi != 1 else ''}, got {len(e.args)}")
         out = {}
         for k in e.kwargs:
             if k.name not in kw:
-                self.error(k.span, f"{name} has no option '{k.name}'")
+                self.error(k.span, f"{name} has no option '{k.name}'" + (
+                    f" (options: {', '.join(kw)})" if kw else "; its arguments are positional"))
+            if k.name in out:
+                self.error(k.span, f"{name} option '{k.name}' is given twice")
+            if len(e.args) > lo + kw.index(k.name):
+                self.error(k.span, f"{name}'s '{k.name}' is given both positionally and by name")
             out[k.name] = k.value
+        if not lo <= len(e.args) <= hi:
+            want = str(lo) if lo == hi else f"{lo} to {hi}"
+            self.error(e.span, f"{name} takes {want} argument{'s' if hi != 1 else ''}, got {len(e.args)}")
         return out
 
     def builtin(self, name: str, e: ast.Call, sc: _Scope) -> Value:
@@ -642,6 +672,7 @@ class Lowerer:
             slope = self.static_float(slope_e, sc.env, "leaky_relu slope") if slope_e is not None else 0.01
             return self.emit(sc, "leaky_relu", [self.expr(e.args[0], sc)], {"slope": slope}, s)
         if name in ("max", "min") and len(e.args) == 2:
+            self._nargs(e, 2, 2)
             return self.emit(sc, name, [self.expr(e.args[0], sc), self.expr(e.args[1], sc)], {}, s)
         if name == "dot":
             self._nargs(e, 2, 2)
@@ -801,14 +832,25 @@ def _fmt_decl(shape: list[ast.Expr]) -> str:
 
 
 def _fmt(v) -> str:
-    """A static value for a message: 1.5 rather than sympy's 1.50000000000000."""
-    return f"{_num(v):g}" if isinstance(v, sympy.Basic) and v.is_number else sympy.sstr(v)
+    """A static value for a message: 1.5 rather than sympy's 1.50000000000000,
+    16.0 (not 16) for a float that happens to be whole."""
+    if not (isinstance(v, sympy.Basic) and v.is_number):
+        return sympy.sstr(v)
+    x = _num(v)
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e16:
+        return f"{x:.1f}"
+    return f"{x:g}"
 
 
 def _num(v):
     if isinstance(v, sympy.Basic) and v.is_number:
-        return int(v) if v == int(v) and v.is_Integer else float(v)
+        return int(v) if v.is_Integer else float(v)
     return v
+
+
+def _symbolic(shape) -> bool:
+    """Whether a shape has a dim that is still a symbol (bound by data)."""
+    return any(isinstance(d, sympy.Basic) and not d.is_number for d in (shape or ()))
 
 
 def lower(prog: CheckedProgram, dims: dict[str, int] | None = None, overrides: dict | None = None) -> tuple[Module | None, DiagnosticBag]:

@@ -22,7 +22,13 @@ def bind_dims(prog: CheckedProgram, graph: Graph) -> dict[str, int]:
         if d.type.dtype == "label":
             if graph.labels is None:
                 raise GdslError(f"{graph.source or graph.name}: the program's input '{name}' needs labels, but the graph has none")
-            _bind(dims, d.type.shape[0], graph.num_classes, name, graph)
+            declared = d.type.shape[0]
+            if isinstance(declared, ast.Number):   # label[7]: labels must lie in [0, 7), not use every class
+                if graph.num_classes > declared.value:
+                    raise GdslError(f"{graph.source or graph.name}: input '{name}' is declared label[{declared.value}], "
+                                    f"but the data has labels up to {graph.num_classes - 1}")
+                continue
+            _bind(dims, declared, graph.num_classes, name, graph)
             continue
         if d.domain == "vertex":
             if first_feature:

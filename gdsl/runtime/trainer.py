@@ -79,7 +79,7 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
     if cfg.batch_size is not None or cfg.fanout is not None:
         warnings.warn(f"train block '{cfg.name}' sets batch_size/fanout, but mini-batch training is not "
                       "implemented yet: training full-batch instead", stacklevel=2)
-    check_masks(program.compiled.checked, graph)
+    check_masks(program.checked, graph)
     torch.manual_seed(seed)
     model = program.module(graph, backend=backend)
     model.dropout_seed = seed
@@ -164,9 +164,38 @@ def _finite_or_null(x):
     return x
 
 
-def write_json(path: str, payload: dict) -> None:
-    """Write atomically (a partial file never replaces a good one); NaN -> null."""
+def check_json_path(path: str) -> None:
+    """Refuse an unusable --json destination before training, not after it:
+    a directory, or a file in a folder that does not exist."""
     p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps(_finite_or_null(payload), indent=2, default=str, allow_nan=False) + "\n")
-    os.replace(tmp, p)
+    if p.is_dir():
+        raise GdslError(f"{path}: is a directory (--json wants a file name)")
+    if not p.parent.is_dir():
+        raise GdslError(f"{path}: the folder {p.parent} does not exist")
+    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise GdslError(f"{path}: permission denied")
+
+
+def write_json(path: str, payload: dict) -> None:
+    """Write atomically (a partial file never replaces a good one; the
+    temporary file has a fresh name, so no file of the user's is touched);
+    NaN -> null."""
+    import tempfile
+
+    check_json_path(path)
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(_finite_or_null(payload), indent=2, default=str, allow_nan=False) + "\n")
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, p)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

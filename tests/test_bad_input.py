@@ -1,0 +1,176 @@
+"""Bad input found by a fuzzing pass (session 7), each refused clearly or,
+where the program is valid, run: no internal compiler error, no traceback,
+nothing of the user's lost. Program-position errors are in test_errors.py;
+these are the run-time, data and command-line ones."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import gdsl
+from gdsl.cli import main
+from gdsl.diagnostics import CompileError, GdslError
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAMS = ROOT / "programs"
+
+
+def prog(tmp_path: Path, base: str, *edits: tuple[str, str], name: str = "prog.gd") -> Path:
+    src = (PROGRAMS / base).read_text()
+    for old, new in edits:
+        assert src.count(old) == 1, old
+        src = src.replace(old, new)
+    p = tmp_path / name
+    p.write_text(src)
+    return p
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    assert "Traceback" not in err and "internal compiler error" not in err, err
+    return rc, out, err
+
+
+# ---- checks that need the data's dims run once the data is bound -------------------------------
+
+def test_run_binds_dims_before_checking_a_repeat_count(tmp_path, capsys):
+    p = prog(tmp_path, "sage.gd", ("repeat layers - 1", "repeat C - 5"))
+    rc, _, err = run(capsys, "compile", str(p))            # no data: C is a symbol
+    assert rc == 1 and "repeat count must be an integer >= 0, got C - 5" in err
+    rc, out, err = run(capsys, "run", str(p), "--epochs", "1", "--backend", "reference")   # Cora: C = 7
+    assert rc == 0 and "final (epoch 1)" in out, err
+
+
+def test_api_compiles_a_data_dependent_program_when_bound(tmp_path):
+    p = prog(tmp_path, "gcn.gd", ("h = dropout(h, p)", "h = dropout(h, 1 / N)"))
+    program = gdsl.compile(str(p))
+    with pytest.raises(CompileError, match="dropout p must be a number, got 1/N"):
+        program.ir
+    graph = gdsl.load_graph("cora")
+    out = program.module(graph, backend="reference")(graph.features)
+    assert out.shape == (graph.num_nodes, 7)
+
+
+def test_a_data_dependent_error_is_reported_at_its_line_when_bound(tmp_path, capsys):
+    p = prog(tmp_path, "gcn.gd", ("h = dropout(X, p)", "h = reshape(X, [1433])"))
+    rc, _, err = run(capsys, "run", str(p), "--epochs", "1", "--data", "citeseer", "--backend", "reference")
+    assert rc == 1 and f"{p}:19:9: error: reshape: cannot reshape [3703] into [1433]" in err
+
+
+def test_label_count_declared_as_a_number_admits_fewer_classes():
+    src = (PROGRAMS / "gcn.gd").read_text().replace("label[C]", "label[5]").replace("GCNConv[C](h)", "GCNConv[5](h)")
+    g = gdsl.Graph.from_edges(np.array([0, 1, 2]), np.array([1, 2, 0]), 3, features=torch.ones(3, 4),
+                              labels=torch.tensor([0, 1, 2]), train_mask=torch.ones(3, dtype=torch.bool),
+                              val_mask=torch.ones(3, dtype=torch.bool), test_mask=torch.ones(3, dtype=torch.bool))
+    assert gdsl.compile(src).module(g, backend="reference")(g.features).shape == (3, 5)
+    with pytest.raises(GdslError, match=r"declared label\[2\], but the data has labels up to 2"):
+        gdsl.compile(src.replace("label[5]", "label[2]").replace("GCNConv[5](h)", "GCNConv[2](h)")).module(g)
+
+
+def test_bce_with_more_than_two_classes_is_refused(tmp_path, capsys):
+    p = prog(tmp_path, "gcn.gd", ("cross_entropy(Y, mask = train)", "bce(Y, mask = train)"),
+             ("return GCNConv[C](h)", "return GCNConv[1](h)"))
+    rc, _, err = run(capsys, "run", str(p), "--epochs", "1", "--backend", "reference")
+    assert rc == 1 and f"{p}:27:17: error: bce needs 0/1 labels, but 'Y' has 7 classes" in err
+
+
+# ---- sizes and numbers --------------------------------------------------------------------------
+
+def test_a_float_dimension_says_it_is_a_float(tmp_path, capsys):
+    rc, _, err = run(capsys, "compile", str(PROGRAMS / "gcn.gd"), "--set", "hidden=16.0")
+    assert rc == 1 and "dimension must be a positive integer, got 16.0 (a float; write 16)" in err
+    rc, _, err = run(capsys, "compile", str(PROGRAMS / "gcn.gd"), "--set", "hidden=inf")
+    assert rc == 1 and "dimension must be a positive integer, got inf" in err
+
+
+def test_a_shape_too_large_for_memory_is_a_user_error(capsys):
+    rc, _, err = run(capsys, "run", str(PROGRAMS / "gcn.gd"), "--set", "hidden=1000000000000", "--epochs", "1",
+                     "--backend", "reference")
+    assert rc == 1 and "gdsl: error: out of memory: torch could not allocate" in err
+
+
+def test_seed_out_of_range_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(PROGRAMS / "gcn.gd"), "--seed", "99999999999999999999999"])
+    assert e.value.code == 2 and "must be in [0, 2**63)" in capsys.readouterr().err
+
+
+def test_np_zero_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(PROGRAMS / "gcn.gd"), "--np", "0"])
+    assert e.value.code == 2 and "--np must be at least 1, got 0" in capsys.readouterr().err
+
+
+# ---- files: the user's are never touched; unusable destinations are refused before work -----------
+
+def test_json_keeps_a_users_file_named_like_a_temporary(tmp_path, capsys):
+    mine = tmp_path / "out.json.tmp"
+    mine.write_text("my notes\n")
+    rc, _, err = run(capsys, "run", str(PROGRAMS / "gcn.gd"), "--epochs", "1", "--backend", "reference",
+                     "--json", str(tmp_path / "out.json"))
+    assert rc == 0, err
+    assert mine.read_text() == "my notes\n" and (tmp_path / "out.json").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "out.json.tmp"]
+
+
+@pytest.mark.parametrize("where, message", [("adir", "is a directory"), ("nope/x.json", "does not exist")])
+def test_json_destination_is_checked_before_training(tmp_path, capsys, where, message):
+    (tmp_path / "adir").mkdir()
+    rc, out, err = run(capsys, "run", str(PROGRAMS / "gcn.gd"), "--epochs", "1", "--backend", "reference",
+                       "--json", str(tmp_path / where))
+    assert rc == 1 and message in err and "epoch" not in out + err.replace("--json", "")
+
+
+def test_dump_dir_that_is_a_file(tmp_path, capsys):
+    f = tmp_path / "dumps"
+    f.write_text("keep\n")
+    rc, _, err = run(capsys, "compile", str(PROGRAMS / "gcn.gd"), "--dump-dir", str(f))
+    assert rc == 1 and f"{f}: exists and is not a directory" in err and f.read_text() == "keep\n"
+
+
+def test_compile_np_when_no_plan_fits_is_a_user_error(capsys):
+    rc, _, err = run(capsys, "compile", str(PROGRAMS / "gcn.gd"), "--data", "cora", "--np", "2",
+                     "--mem-per-rank", "1")
+    assert rc == 1 and "gdsl: error: no plan fits in 1 B per rank" in err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="no /dev/zero")
+def test_an_endless_file_is_refused_without_reading_it_all(capsys):
+    rc, _, err = run(capsys, "compile", "/dev/zero")
+    assert rc == 1 and "file is larger than" in err
+
+
+@pytest.mark.parametrize("transform", [lambda b: b"\xef\xbb\xbf" + b, lambda b: b.replace(b"\n", b"\r"),
+                                       lambda b: b.replace(b"\n", b"\r\n")], ids=["bom", "cr", "crlf"])
+def test_byte_order_mark_and_line_ends(tmp_path, capsys, transform):
+    p = tmp_path / "gcn.gd"
+    p.write_bytes(transform((PROGRAMS / "gcn.gd").read_bytes()))
+    rc, out, err = run(capsys, "compile", str(p), "--emit", "ast")
+    assert rc == 0, err
+
+
+def test_unknown_train_block_is_not_a_source_position(capsys):
+    rc, _, err = run(capsys, "run", str(PROGRAMS / "gcn.gd"), "--train", "nothere")
+    assert rc == 1 and err.startswith("gdsl: error: ") and "no train block named 'nothere' (have: cora)" in err
+    assert ":1:1:" not in err
+
+
+# ---- gdsl plan --dims ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dims, message", [("N=0,E=0", "N must be at least 1"), ("Q=5", "the program has no dim Q"),
+                                           ("F=3,F=4", "gives F twice")])
+def test_plan_dims_are_checked(capsys, dims, message):
+    with pytest.raises(SystemExit) as e:
+        main(["plan", str(PROGRAMS / "gcn.gd"), "--dims", dims, "--np", "2"])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_replication_factor_is_at_least_one():
+    from gdsl.cost.distgnn import random_replication
+    assert random_replication(1_000_000, 1, 4) == 1.0          # E << N: most vertices have no edge
+    assert 1.0 < random_replication(1000, 20000, 4) <= 4.0
