@@ -174,3 +174,15 @@ def test_replication_factor_is_at_least_one():
     from gdsl.cost.distgnn import random_replication
     assert random_replication(1_000_000, 1, 4) == 1.0          # E << N: most vertices have no edge
     assert 1.0 < random_replication(1000, 20000, 4) <= 4.0
+
+
+def test_features_beyond_float32_are_refused_without_a_numpy_warning(tmp_path, capsys):
+    import warnings
+
+    d = dict(np.load(ROOT / "gdsl" / "data" / "cora.npz"))
+    d["features"] = d["features"].astype(np.float64) * 1e300
+    np.savez(tmp_path / "big.npz", **d)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # a RuntimeWarning (overflow in cast) would fail here
+        rc, _, err = run(capsys, "run", str(PROGRAMS / "gcn.gd"), "--data", str(tmp_path / "big.npz"), "--epochs", "1")
+    assert rc == 1 and "features contain NaN or inf (first at vertex 0)" in err
