@@ -130,3 +130,11 @@ def test_delay_only_for_vertex_cut():
     with pytest.raises(GdslError, match="applies to vertex_cut"):
         parse_spec("rows", delay=2)
     assert not parse_spec("vertex_cut", delay=5).exact and parse_spec("vertex_cut").exact
+
+
+@pytest.mark.parametrize("given", ["rows(hash)", "edge_cut", "edge_cut(metis)", "features", "replicate"])
+def test_delay_error_names_the_partition_given(given):
+    """The error names the partition as written (edge_cut was reported as `rows`)."""
+    with pytest.raises(GdslError) as e:
+        parse_spec(given, delay=3)
+    assert str(e.value) == f"delay = 3 applies to vertex_cut (DistGNN cd-r / 0c) only, not to {given}"

@@ -108,7 +108,8 @@ def parse_spec(text: str, *, delay=0, halo: str = "alltoallv", seed: int = 0) ->
     if delay not in (0, "none") and not (isinstance(delay, int) and delay > 0):
         raise GdslError(f"delay must be a non-negative integer or none, got {delay!r}")
     if delay != 0 and name != "vertex_cut":
-        raise GdslError(f"delay = {delay} applies to vertex_cut (DistGNN cd-r / 0c) only, not to {name}")
+        # name the partition as given (edge_cut is rows(metis) by now)
+        raise GdslError(f"delay = {delay} applies to vertex_cut (DistGNN cd-r / 0c) only, not to {text.strip()}")
     return Spec(name, arg, delay, halo, seed)
 
 
