@@ -2,7 +2,8 @@
 tests/test_dist.py with `mpiexec -n P`), so the suite pays MPI start-up once.
 
 argv[1]: JSON list of {"program", "data", "plan", "delay", "halo", "epochs",
-"seed", "traffic" (true: the last epoch's bytes; "all": every epoch's)};
+"seed", "backend" (the ranks' kernels, default reference), "traffic" (true:
+the last epoch's bytes; "all": every epoch's)};
 rank 0 prints one JSON line per configuration:
 {"config": ..., "losses": [...], "final": {...}, "comm": {...} | null} or
 {"config": ..., "error": "..."}.
@@ -47,7 +48,8 @@ def main() -> None:
             opts = prog.compiled.checked.graph_options
             gopt = g.with_options(self_loops=opts.get("self_loops", False), symmetric=opts.get("symmetric", False))
             part = build_parts(spec, gopt, comm.size)[comm.rank]
-            model = make_model(prog, part, comm, bind_dims(prog.compiled.checked, g), cfg.get("seed", 0))
+            model = make_model(prog, part, comm, bind_dims(prog.compiled.checked, g), cfg.get("seed", 0),
+                               cfg.get("backend", "reference"))
             hist = train_loop(model, prog.train, comm, cfg["epochs"], traffic=cfg.get("traffic", False))
             res = {"config": cfg, "losses": [h["loss"] for h in hist],
                    "final": {k: v for k, v in hist[-1].items() if k.endswith("_acc")},

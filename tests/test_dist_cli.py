@@ -361,3 +361,56 @@ def test_max_and_min_over_outgoing_edges_on_1d_ranks(tmp_path):
     assert r.returncode == 0, r.stderr
     got = [e["loss"] for e in json.loads((tmp_path / "np.json").read_text())["epochs"]]
     assert got == pytest.approx(want, rel=1e-4)
+
+
+# ---------------------------------------------------------------- ranks that own no rows
+
+def _tiny_npz(path: Path, n: int, edges: list[tuple[int, int]], f: int = 3) -> str:
+    import numpy as np
+    rng = np.random.default_rng(n)
+    src = np.array([a for a, _ in edges], np.int64)
+    dst = np.array([b for _, b in edges], np.int64)
+    labels = (np.arange(n) + 1) % 2   # a 1-vertex graph still has 2 classes (a loss that is not 0)
+    np.savez(path, src=src, dst=dst, features=rng.standard_normal((n, f)).astype(np.float32),
+             labels=labels.astype(np.int64), **{f"{k}_mask": np.ones(n, bool) for k in ("train", "val", "test")})
+    return str(path)
+
+
+def test_ranks_that_own_no_rows_train_as_one_process(tmp_path):
+    """More ranks than vertices (rows(block) at P = 5 on 4 vertices), than
+    feature columns (P3 at P = 5, F = 3), or than edges (vertex_cut: a rank
+    with no edge has no replica): the empty ranks contribute nothing and the
+    loss curve is the single-process one (they crashed reshaping 0 rows)."""
+    import gdsl as g
+    from gdsl.runtime.trainer import train
+    n4 = _tiny_npz(tmp_path / "n4.npz", 4, [(0, 1), (1, 0), (2, 3), (3, 2)])
+    gat = str(ROOT / "programs" / "gat.gd")
+    bwd = tmp_path / "gcn_bwd.gd"
+    bwd.write_text(Path(GCN).read_text() + BACKWARD_HINTS)
+    cases = [(GCN, p) for p in ("rows(block)", "rows(hash)", "features", "vertex_cut", "redistribute", "replicate")]
+    cases += [(SAGE, "rows(block)"), (gat, "rows(block)"), (gat, "features"), (str(bwd), "rows(block)")]
+    cfgs = [{"program": prog, "data": n4, "plan": plan, "epochs": 3} for prog, plan in cases]
+    try:
+        import numba  # noqa: F401
+        cfgs += [{"program": prog, "data": n4, "plan": "rows(block)", "epochs": 3, "backend": "numba"}
+                 for prog in (GCN, gat)]
+    except ImportError:
+        pass
+    for res in run_driver(5, cfgs, timeout=600):
+        c = res["config"]
+        assert "error" not in res, (c["program"], c["plan"], res.get("error"))
+        want = [e.loss for e in train(g.compile(c["program"]), g.load_graph(n4), epochs=3, seed=0,
+                                      backend="reference").epochs]
+        assert res["losses"] == pytest.approx(want, rel=1e-5), (c["program"], c["plan"])
+
+
+def test_more_ranks_than_vertices_from_the_command_line(tmp_path):
+    n1 = _tiny_npz(tmp_path / "n1.npz", 1, [(0, 0)])
+    one, many = tmp_path / "one.json", tmp_path / "np.json"
+    r = gdsl("run", GCN, "--data", n1, "--epochs", "2", "--backend", "reference", "--json", str(one))
+    assert r.returncode == 0, r.stderr
+    r = gdsl("run", GCN, "--data", n1, "--np", "3", "--partition", "rows", "--epochs", "2", "--json", str(many))
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr and "error" not in r.stderr
+    want, got = ([e["loss"] for e in json.loads(f.read_text())["epochs"]] for f in (one, many))
+    assert got == pytest.approx(want, rel=1e-5) and want[0] > 0

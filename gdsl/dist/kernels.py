@@ -30,6 +30,8 @@ refused with an error, as no GPU was available to test it.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -103,8 +105,10 @@ class LocalKernels:
     def gat(self, op: Op, el: torch.Tensor, er: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         self.used["gat_aggregate"] = self.backend
         n = z.shape[0]
-        er_l = self._local(er.reshape(er.shape[0], -1))
-        out = self.ops.gat_aggregate(self.g, el.reshape(n, -1), er_l, z.reshape(n, -1, z.shape[-1]),
+        # explicit widths, not -1: a rank may hold no rows
+        heads_e, heads_z = math.prod(el.shape[1:]), math.prod(z.shape[1:-1])
+        er_l = self._local(er.reshape(er.shape[0], math.prod(er.shape[1:])))
+        out = self.ops.gat_aggregate(self.g, el.reshape(n, heads_e), er_l, z.reshape(n, heads_z, z.shape[-1]),
                                      float(op.attrs["slope"]))
         out = self._own(out)
         return out.reshape((out.shape[0],) + tuple(z.shape[1:]))

@@ -47,6 +47,11 @@ from gdsl.ir.printer import _Namer
 _EDGE_READERS = {"src", "dst", "gather", "edge_softmax", "aggregate", "sddmm", "gat_aggregate"}
 
 
+def _rows2d(h: torch.Tensor) -> torch.Tensor:
+    """h as [rows, everything else] (reshape(n, -1) fails when a rank holds no rows)."""
+    return h.reshape(h.shape[0], int(np.prod(h.shape[1:], dtype=np.int64)))
+
+
 def _view(own_pos: np.ndarray, src, dst, in_deg, out_deg, edata: dict, graph) -> GraphData:
     """A GraphData over local arrays: vertex values are the rows `own_pos` of
     the local space; `src` indexes the local space, `dst` the vertex rows."""
@@ -365,7 +370,8 @@ class DistModule(ReferenceModule):
             h = self._ext(op.operands[0], vals[0])
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                out = torch.sparse.mm(self._spmm[op], h.reshape(h.shape[0], -1)).reshape((-1,) + tuple(h.shape[1:]))
+                out = torch.sparse.mm(self._spmm[op], _rows2d(h))
+            out = out.reshape((out.shape[0],) + tuple(h.shape[1:]))
             return self._complete(out, "sum", op)
         if n == "aggregate":
             vals = list(vals)
@@ -386,6 +392,8 @@ class DistModule(ReferenceModule):
         if n == "gat_aggregate":
             el, er, z = vals
             return super().run_op(op, [self._ext(op.operands[0], el), er, self._ext(op.operands[2], z)], x)
+        if n == "flatten" and op.result.type.domain in ("vertex", "edge"):
+            return _rows2d(vals[0])   # a rank may hold no rows
         return super().run_op(op, vals, x)
 
     def _on_kernel(self, op: Op, vals: list):
@@ -417,7 +425,7 @@ class DistModule(ReferenceModule):
                 for v, val in zip(op.operands, vals)]
         if self.spec.strategy == "redistribute" and n == "aggregate":
             h = vals[0]
-            flat = h.reshape(h.shape[0], -1)
+            flat = _rows2d(h)
             # column slices of the tensor's width (linear.py also passes gradients and
             # recomputations through this op), one per replica of A's row panel
             cols = feature_slices(int(flat.shape[1]), self.rdm_replicas)
@@ -437,7 +445,7 @@ class DistModule(ReferenceModule):
                 sub = self._swap(self.full)
                 self._plain_gather = True   # the whole graph on this rank: nothing to complete
                 try:
-                    out = super().aggregate(op, [hc.reshape((hc.shape[0], -1)), *vals[1:]])
+                    out = super().aggregate(op, [_rows2d(hc), *vals[1:]])
                 finally:
                     self._swap(sub)
                     self._plain_gather = False
@@ -454,7 +462,7 @@ class DistModule(ReferenceModule):
             h = vals[0]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                return torch.sparse.mm(self._spmm[op], h.reshape(h.shape[0], -1)).reshape(h.shape)
+                return torch.sparse.mm(self._spmm[op], _rows2d(h)).reshape(h.shape)
         if n == "input":
             return self.graph.features if x is None else x
         saved = self._swap(self.full)
@@ -661,10 +669,10 @@ class DistModule(ReferenceModule):
         elif fn_ == "nll":
             s = F.nll_loss(o, target, reduction=red)
         elif fn_ == "bce":
-            s = F.binary_cross_entropy_with_logits(o.reshape(target.shape[0], -1).squeeze(-1), target.float(),
+            s = F.binary_cross_entropy_with_logits(_rows2d(o).squeeze(-1), target.float(),
                                                    reduction=red)
         else:
-            o2 = o.reshape(target.shape[0], -1)
+            o2 = _rows2d(o)
             s = F.mse_loss(o2, target.to(o.dtype).reshape(o2.shape), reduction=red)
             s = s.sum(-1) / max(1, o2.shape[1]) if red == "none" else s / max(1, o2.shape[1])
         if weight is not None:

@@ -107,7 +107,7 @@ class OrderedLinear(torch.autograd.Function):
         g = runner.g
         n, din = x.shape[0], w.shape[0]
         x2, w2 = x.reshape(n, din), w.reshape(din, -1)
-        g2 = grad.reshape(grad.shape[0], -1)
+        g2 = grad.reshape(grad.shape[0], w2.shape[1])   # not -1: a rank may hold no rows
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dx = dw = None
         if g.bwd == "sparse_first":
