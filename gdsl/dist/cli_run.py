@@ -2,6 +2,7 @@
 launching (or joining a launcher's ranks)."""
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -79,7 +80,8 @@ def worker_args(args, prog, parts: str) -> dict:
             "log_every": args.log_every, "backend": getattr(args, "backend", None) or "reference"}
 
 
-def _check_existing(parts: Path, P: int, prog) -> None:
+def _check_existing(parts: Path, P: int, prog) -> dict:
+    """The header of rank 0's file of a partition already in --parts, checked for this run."""
     from gdsl.dist.run import program_key
     p0 = part_path(parts, 0)
     if not p0.exists():
@@ -89,38 +91,96 @@ def _check_existing(parts: Path, P: int, prog) -> None:
         raise GdslError(f"{parts}: partitioned for {h.get('size')} ranks, but --np is {P}")
     if h.get("program") != program_key(prog.source, prog.overrides, prog.train_name):
         raise GdslError(f"{parts}: partitioned for another program (or other --set values); partition again")
+    return h
+
+
+def check_outputs(args) -> None:
+    """--json FILE and --checkpoint DIR can be written: checked before the
+    ranks start, not found out after training."""
+    if getattr(args, "json", None):
+        p = Path(args.json)
+        if p.is_dir():
+            raise GdslError(f"--json {p}: is a directory (give a file name)")
+        parent = p.parent
+        if not parent.exists():
+            raise GdslError(f"--json {p}: no such directory: {parent}")
+        if not parent.is_dir():
+            raise GdslError(f"--json {p}: {parent} is not a directory")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise GdslError(f"--json {p}: cannot write in {parent} (permission denied)")
+    if getattr(args, "checkpoint", None):
+        p = Path(args.checkpoint)
+        if p.exists() and not p.is_dir():
+            raise GdslError(f"--checkpoint {p}: exists and is not a directory (a checkpoint is a directory)")
+        q = p
+        while not q.exists() and q != q.parent:
+            q = q.parent    # the directory it will be created in
+        if not q.is_dir():
+            raise GdslError(f"--checkpoint {p}: {q} is not a directory")
+        if not os.access(q, os.W_OK | os.X_OK):
+            raise GdslError(f"--checkpoint {p}: cannot write in {q} (permission denied)")
+
+
+def _check_resume(args, P: int, prog, graph_key: str | None, plan: str | None) -> None:
+    if args.resume:
+        from gdsl.dist.run import check_resume, checkpoint_identity
+        check_resume(Path(args.resume), P, checkpoint_identity(prog, graph_key, plan))
 
 
 def run_distributed(args, prog, graph, data) -> int:
-    from gdsl.dist.launch import launch, temp_parts_dir, under_launcher
-    from gdsl.dist.run import write_partition
+    from gdsl.dist.launch import (
+        Terminated,
+        launch,
+        stop_on_signals,
+        temp_parts_dir,
+        under_launcher,
+    )
+    from gdsl.dist.run import graph_key, write_partition
 
     if under_launcher():
         return _run_as_rank(args, prog, graph)
     P = args.np_
     if P < 1:
         raise GdslError(f"--np must be at least 1, got {P}")
+    check_outputs(args)
     tmp = None
-    if args.parts and part_path(args.parts, 0).exists():
-        _check_existing(Path(args.parts), P, prog)
-        parts = args.parts
-        print(f"gdsl run: using the partition in {parts}", file=sys.stderr)
-    else:
-        spec = choose_spec(prog, graph, P, args.partition, args.delay, args.halo, args.seed, args.mem_per_rank)
-        parts = args.parts or (tmp := temp_parts_dir())
-        info = write_partition(prog, graph, spec, P, parts)
-        extra = f", replication factor {info['replication_factor']}" if "replication_factor" in info else ""
-        print(f"gdsl run: {spec.describe()} over {P} ranks{'' if spec.exact else ' (approximate)'}; "
-              f"partitioned in {info['seconds']:.2f} s{extra}", file=sys.stderr)
-    try:
-        return launch(worker_args(args, prog, parts), P)
-    finally:
-        if tmp:
-            shutil.rmtree(tmp, ignore_errors=True)
+    launched = False
+    # SIGTERM / SIGHUP (and SIGINT) while partitioning or training: the ranks
+    # are stopped (launch), the temporary directories removed (finally)
+    with stop_on_signals():
+        try:
+            if args.parts and part_path(args.parts, 0).exists():
+                h = _check_existing(Path(args.parts), P, prog)
+                _check_resume(args, P, prog, h.get("graph"), h.get("strategy"))
+                parts = args.parts
+                print(f"gdsl run: using the partition in {parts}", file=sys.stderr)
+            else:
+                spec = choose_spec(prog, graph, P, args.partition, args.delay, args.halo, args.seed,
+                                   args.mem_per_rank)
+                _check_resume(args, P, prog, graph_key(graph), spec.describe())
+                parts = args.parts or (tmp := temp_parts_dir())
+                info = write_partition(prog, graph, spec, P, parts)
+                extra = f", replication factor {info['replication_factor']}" if "replication_factor" in info else ""
+                print(f"gdsl run: {spec.describe()} over {P} ranks{'' if spec.exact else ' (approximate)'}; "
+                      f"partitioned in {info['seconds']:.2f} s{extra}", file=sys.stderr)
+            launched = True
+            return launch(worker_args(args, prog, parts), P, temp_dirs=[tmp] if tmp else None)
+        except (KeyboardInterrupt, Terminated) as e:
+            if isinstance(e, Terminated):
+                msg, code = f"gdsl: terminated ({e.name})", 128 + e.signum
+            else:
+                msg, code = "gdsl: interrupted", 130
+            print(msg + ("; all ranks stopped" if launched else ""), file=sys.stderr)
+            return code
+        finally:
+            if tmp:
+                shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _run_as_rank(args, prog, graph) -> int:
-    """Started by mpiexec/srun: rank 0 partitions (unless --parts holds one), all ranks train."""
+    """Started by mpiexec/srun: rank 0 partitions (unless --parts holds one)
+    and checks what can be checked before training (outputs, --resume); all
+    ranks train."""
     from mpi4py import MPI
 
     from gdsl.dist import worker
@@ -131,17 +191,22 @@ def _run_as_rank(args, prog, graph) -> int:
         raise GdslError(f"--np {args.np_} but the launcher started {size} ranks")
     parts = args.parts or str(Path(".gdsl-parts") / f"{program_key(prog.source, prog.overrides, prog.train_name)}-{size}")
     err = None
-    if comm.Get_rank() == 0 and not part_path(parts, 0).exists():
+    if comm.Get_rank() == 0:
         try:
-            spec = choose_spec(prog, graph, size, args.partition, args.delay, args.halo, args.seed,
-                               args.mem_per_rank)
-            write_partition(prog, graph, spec, size, parts)
+            check_outputs(args)
+            if not part_path(parts, 0).exists():
+                spec = choose_spec(prog, graph, size, args.partition, args.delay, args.halo, args.seed,
+                                   args.mem_per_rank)
+                write_partition(prog, graph, spec, size, parts)
+            if args.resume:
+                h = read_header(part_path(parts, 0))
+                _check_resume(args, size, prog, h.get("graph"), h.get("strategy"))
         except GdslError as e:
             err = str(e)
     err = comm.bcast(err, root=0)
     if err:
         if comm.Get_rank() == 0:
-            print(f"gdsl: error: rank 0: {err}", file=sys.stderr)
+            print(f"gdsl: error: {err}", file=sys.stderr)
         return 1
     return worker.run(worker_args(args, prog, parts))
 

@@ -5,25 +5,36 @@ names a partition already written) and starts `mpiexec -n P python -m
 gdsl.dist.worker`; started by a launcher (`mpiexec`, `mpirun`, `srun`), it
 runs as the rank it was given and starts nothing.
 
-Failures: a rank that raises prints `gdsl: error: rank R: ...` and calls
-MPI_Abort, which makes the process manager kill every rank at once; a rank
-killed by a signal is noticed by the process manager, which kills the
-others. The launcher then prints which rank failed and why, and returns 1.
+Failures: a rank that raises reports its error (gdsl/dist/errors.py) and
+calls MPI_Abort, which makes the process manager kill every rank at once; a
+rank killed by a signal is noticed by the process manager, which kills the
+others. The launcher then prints which rank failed and why (a message
+several ranks reported, once), and returns 1.
+
+Signals: SIGINT, SIGTERM and SIGHUP to the launcher stop every rank
+(SIGTERM, then SIGKILL after a grace period; the ranks are signalled by pid
+too, as hydra puts them in sessions of their own) and remove the temporary
+directories (`stop_on_signals`, `_stop`). A rank whose launcher is gone
+without that (SIGKILL) stops itself (gdsl/dist/worker.py, `watch_launcher`).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from gdsl.diagnostics import GdslError
+from gdsl.dist.errors import format_reports, read_reports
 
 # set by MPICH/Intel MPI (PMI_*), Open MPI (OMPI_*), PMIx, Slurm's srun
 _LAUNCHER_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MPI_LOCALRANKID")
@@ -60,8 +71,55 @@ _NOISE = re.compile(r"^(=+|\s*$|.*BAD TERMINATION.*|.*CLEANING UP REMAINING PROC
                     r"Please see the FAQ page for debugging suggestions.*)")
 
 
-def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | None = None) -> int:
-    """Run the worker on P ranks; stream rank 0's output; return the exit code."""
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP to `gdsl run --np P` (what `timeout` and a closed
+    terminal send), raised in the main thread as SIGINT raises
+    KeyboardInterrupt; a BaseException, so no `except Exception` keeps it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """While the launcher runs: SIGTERM and SIGHUP raise `Terminated`, SIGINT
+    KeyboardInterrupt; only the first signal does, later ones are ignored
+    while the ranks are stopped and the temporary files removed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = []
+
+    def handler(signum, frame):
+        if fired:
+            return
+        fired.append(signum)
+        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
+
+    sigs = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    old = {}
+    for sig in sigs:
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            continue   # nohup's SIGHUP, a background job's SIGINT: stay ignored
+        old[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | None = None,
+           temp_dirs: list[str] | None = None) -> int:
+    """Run the worker on P ranks; stream rank 0's output; return the exit code.
+    Raises KeyboardInterrupt or `Terminated` (inside `stop_on_signals`) after
+    stopping every rank. `temp_dirs`: the caller's temporary directories,
+    which the ranks remove should this process die without doing it."""
     check_mpi4py()
     mpiexec = find_mpiexec()
     env = dict(os.environ)
@@ -70,58 +128,70 @@ def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | N
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra_env or {})
     run_dir = tempfile.mkdtemp(prefix="gdsl-run-")
-    args = {**args, "run_dir": run_dir}  # each rank writes its pid there, to name a rank that dies
+    # each rank writes its pid there (to name a rank that dies, and to stop it) and its error
+    # report (gdsl/dist/errors.py); it watches this process and stops itself when it is gone
+    from gdsl.dist.worker import _start_time
+    me = {"pid": os.getpid(), "start": _start_time(os.getpid()), "host": socket.gethostname(),
+          "cleanup": [run_dir, *(temp_dirs or [])]}
+    args = {**args, "run_dir": run_dir, "launcher": me}
     cmd = [mpiexec, "-n", str(P), sys.executable, "-m", "gdsl.dist.worker", json.dumps(args)]
-    # the process manager reports a dead rank on stdout: both streams are filtered
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
-                            start_new_session=True)
-    kept: list[str] = []
-    killed: list[str] = []
-
-    def pump(stream, out):
-        for line in stream:
-            m = re.search(r"PID (\d+) RUNNING AT", line)
-            if m:
-                pid_rank = _pid_ranks(run_dir)
-                killed.append(pid_rank.get(m.group(1), "?"))
-            sig = re.search(r"(?:KILLED BY SIGNAL: (\d+) \(([^)]*)\)|EXIT STRING: ([^(]*)\(signal (\d+)\))", line)
-            if sig:
-                num, name = (sig.group(1), sig.group(2)) if sig.group(1) else (sig.group(4), sig.group(3).strip())
-                killed.append(f"signal {num} ({name})")
-            if _NOISE.match(line):
-                continue
-            kept.append(line)
-            out.write(line)
-            out.flush()
-
-    threads = [threading.Thread(target=pump, args=(proc.stdout, sys.stdout), daemon=True),
-               threading.Thread(target=pump, args=(proc.stderr, sys.stderr), daemon=True)]
-    for t in threads:
-        t.start()
+    proc = None
+    threads: list[threading.Thread] = []
     try:
-        rc = proc.wait(timeout=timeout)
-    except KeyboardInterrupt:
-        _kill(proc)
+        # the process manager reports a dead rank on stdout: both streams are filtered
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
+                                start_new_session=True)
+        killed: list[str] = []
+        printed_error: list[bool] = []
+
+        def pump(stream, out):
+            for line in stream:
+                m = re.search(r"PID (\d+) RUNNING AT", line)
+                if m:
+                    pid_rank = _pid_ranks(run_dir)
+                    killed.append(pid_rank.get(m.group(1), "?"))
+                sig = re.search(r"(?:KILLED BY SIGNAL: (\d+) \(([^)]*)\)|EXIT STRING: ([^(]*)\(signal (\d+)\))", line)
+                if sig:
+                    num, name = (sig.group(1), sig.group(2)) if sig.group(1) else (sig.group(4), sig.group(3).strip())
+                    killed.append(f"signal {num} ({name})")
+                if _NOISE.match(line):
+                    continue
+                if line.startswith("gdsl: error:"):
+                    printed_error.append(True)   # a rank that could not write its report printed it
+                out.write(line)
+                out.flush()
+
+        threads = [threading.Thread(target=pump, args=(proc.stdout, sys.stdout), daemon=True),
+                   threading.Thread(target=pump, args=(proc.stderr, sys.stderr), daemon=True)]
         for t in threads:
-            t.join(5)
-        print("gdsl: interrupted; all ranks stopped", file=sys.stderr)
-        return 130
-    except subprocess.TimeoutExpired:
-        _kill(proc)
+            t.start()
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _stop(proc, run_dir)
+            raise GdslError(f"the distributed run did not finish within {timeout:.0f} s; all ranks stopped") from None
         for t in threads:
-            t.join(5)
-        raise GdslError(f"the distributed run did not finish within {timeout:.0f} s; all ranks stopped") from None
-    for t in threads:
-        t.join(10)
-    shutil.rmtree(run_dir, ignore_errors=True)
-    if rc == 0:
-        return 0
-    if not any("gdsl: error: rank" in ln for ln in kept):
-        who = killed[0] if killed and killed[0].isdigit() else "a rank"
-        why = next((k for k in killed if k.startswith("signal")), f"exit code {rc}")
-        print(f"gdsl: error: rank {who} died ({why}); all {P} ranks were stopped" if who != "a rank"
-              else f"gdsl: error: a rank died ({why}); all {P} ranks were stopped", file=sys.stderr)
-    return 1
+            t.join(10)
+        if rc == 0:
+            return 0
+        reports = read_reports(run_dir)
+        if reports:
+            for line in format_reports(reports, P):
+                print(line, file=sys.stderr)
+        elif not printed_error:
+            who = killed[0] if killed and killed[0].isdigit() else "a rank"
+            why = next((k for k in killed if k.startswith("signal")), f"exit code {rc}")
+            print(f"gdsl: error: rank {who} died ({why}); all {P} ranks were stopped" if who != "a rank"
+                  else f"gdsl: error: a rank died ({why}); all {P} ranks were stopped", file=sys.stderr)
+        return 1
+    except BaseException:
+        if proc is not None:
+            _stop(proc, run_dir)
+            for t in threads:
+                t.join(2)
+        raise
+    finally:
+        shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def _pid_ranks(run_dir: str) -> dict[str, str]:
@@ -134,15 +204,64 @@ def _pid_ranks(run_dir: str) -> dict[str, str]:
     return out
 
 
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
+def _rank_pids(run_dir: str) -> list[int]:
+    """The ranks still running: their pids, checked to be gdsl workers (not a
+    later process that got a dead rank's pid)."""
+    out = []
+    for pid in _pid_ranks(run_dir):
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"gdsl.dist.worker" not in f.read():
+                    continue
+        except OSError:
+            if not Path("/proc").is_dir():
+                out.append(int(pid))   # no /proc: trust the file
+            continue
+        out.append(int(pid))
+    return out
+
+
+def _signal_all(proc: subprocess.Popen, pids: list[int], sig: int) -> None:
+    for target in [("group", proc.pid)] + [("pid", p) for p in pids]:
+        try:
+            if target[0] == "group":
+                os.killpg(target[1], sig)
+            else:
+                os.kill(target[1], sig)
+        except (ProcessLookupError, PermissionError):
             pass
+
+
+def _stop(proc: subprocess.Popen, run_dir: str, grace: float = 2.0) -> None:
+    """Stop mpiexec and every rank: SIGTERM, then SIGKILL after `grace`
+    seconds. The ranks run in sessions of their own (hydra starts them so),
+    so they are signalled by pid as well as through mpiexec; a stopped
+    (SIGSTOPped) rank only goes with SIGKILL."""
+    pids = _rank_pids(run_dir)
+    _signal_all(proc, pids, signal.SIGTERM)
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        pass
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(_exists(p) for p in pids):
+        time.sleep(0.05)
+    _signal_all(proc, [p for p in pids if _exists(p)], signal.SIGKILL)
+    try:
+        proc.wait(5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _exists(pid: int) -> bool:
+    from gdsl.dist.worker import _start_time
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return _start_time(pid) is not None or not Path("/proc").is_dir()
 
 
 def temp_parts_dir() -> str:

@@ -8,10 +8,12 @@ and trains with `DistModule`.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -19,6 +21,7 @@ from pathlib import Path
 import torch
 
 from gdsl.diagnostics import GdslError
+from gdsl.dist.errors import AllRanksError
 from gdsl.dist.part import read_header
 
 # Every rank prints nothing but errors; rank 0 prints progress and results.
@@ -89,7 +92,101 @@ def _metrics(model, out, names: list[str]) -> dict[str, float]:
             for i, m in enumerate(names)}
 
 
-def _save_checkpoint(directory: Path, comm, model, opt, epoch: int, history: list) -> None:
+CHECKPOINT_FORMAT = "gdsl-checkpoint-1"
+
+
+def checkpoint_identity(prog, graph: str, plan: str) -> dict:
+    """What a checkpoint was written by, recorded in its checkpoint.json: a
+    resume by another program, other --set values, another train block,
+    graph or plan is refused naming the difference (instead of failing to
+    load the state, or loading it into something else)."""
+    train = prog.train.name if prog.train is not None else prog.train_name
+    return {"program": str(prog.file), "source": hashlib.sha256(prog.source.encode()).hexdigest()[:16],
+            "train": train, "overrides": dict(prog.overrides), "graph": graph, "plan": plan}
+
+
+def _sets(overrides: dict) -> str:
+    return " ".join(f"--set {k}={v}" for k, v in sorted(overrides.items())) or "no --set"
+
+
+def read_checkpoint_index(directory: Path) -> dict:
+    """DIR/checkpoint.json, checked to be a gdsl checkpoint index."""
+    directory = Path(directory)
+    if not directory.exists():
+        raise GdslError(f"{directory}: no checkpoint here (no such directory)")
+    if not directory.is_dir():
+        raise GdslError(f"{directory}: no checkpoint here (not a directory)")
+    idx = directory / "checkpoint.json"
+    if not idx.exists():
+        raise GdslError(f"{directory}: no checkpoint here (checkpoint.json missing)")
+    try:
+        text = idx.read_text()
+    except OSError as e:
+        raise GdslError(f"{idx}: cannot read it ({e.strerror or e})") from None
+    try:
+        info = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise GdslError(f"{idx}: not a gdsl checkpoint (not JSON: {e})") from None
+    if not isinstance(info, dict) or not all(isinstance(info.get(k), int) and not isinstance(info.get(k), bool)
+                                             for k in ("epoch", "size")):
+        raise GdslError(f"{idx}: not a gdsl checkpoint (expected an object with an integer epoch and size)")
+    if info.get("format", CHECKPOINT_FORMAT) != CHECKPOINT_FORMAT:
+        raise GdslError(f"{idx}: unknown checkpoint format {info.get('format')!r} (expected {CHECKPOINT_FORMAT})")
+    if info["size"] < 1 or info["epoch"] < 0:
+        raise GdslError(f"{idx}: not a gdsl checkpoint (epoch {info['epoch']}, size {info['size']})")
+    return info
+
+
+def _layout(plan) -> str | None:
+    """A plan without its halo exchange, which moves the same rows either way
+    (what the ranks hold, and so their files, does not depend on it)."""
+    return None if plan is None else re.sub(r" halo=\w+", "", str(plan))
+
+
+def check_checkpoint(info: dict, directory: Path, size: int, identity: dict | None) -> None:
+    """Refuse to resume a checkpoint of another rank count, program, set of
+    static args, train block, graph or plan, naming what differs.
+    (Checkpoints written before the identity was recorded are not checked.)"""
+    if info["size"] != size:
+        raise GdslError(f"{directory}: checkpoint of {info['size']} ranks, this run has {size} "
+                        f"(resume with --np {info['size']})")
+    was = info.get("identity")
+    if not isinstance(was, dict) or identity is None:
+        return
+    now = identity
+    why = None
+    if was.get("source") != now["source"]:
+        if was.get("program") != now["program"]:
+            why = f"it was written by {was.get('program')}, this run is {now['program']}"
+        else:
+            why = f"{now['program']} has changed since it was written"
+    elif was.get("train") != now["train"]:
+        why = f"it was written by train block '{was.get('train')}', this run trains '{now['train']}'"
+    elif (was.get("overrides") or {}) != now["overrides"]:
+        why = (f"it was written with {_sets(was.get('overrides') or {})}, this run has {_sets(now['overrides'])} "
+               "(the static args decide the parameters' shapes)")
+    elif was.get("graph") != now["graph"]:
+        why = "it was written for another graph (--data)"
+    elif _layout(was.get("plan")) != _layout(now["plan"]):
+        why = f"it was written by plan {was.get('plan')}, this run's plan is {now['plan']} (give the same --partition/--delay)"
+    if why:
+        raise GdslError(f"{directory}: cannot resume this checkpoint: {why}")
+
+
+def check_resume(directory: Path, size: int, identity: dict | None) -> dict:
+    """Everything about a --resume DIR that can be checked before the ranks
+    start: the index, the identity, every rank's file present."""
+    info = read_checkpoint_index(directory)
+    check_checkpoint(info, directory, size, identity)
+    for r in range(size):
+        path = Path(directory) / f"rank-{r}.pt"
+        if not path.is_file():
+            raise GdslError(f"{path}: missing checkpoint file of rank {r}")
+    return info
+
+
+def _save_checkpoint(directory: Path, comm, model, opt, epoch: int, history: list,
+                     identity: dict | None = None) -> None:
     """Each rank writes its state atomically (write, rename); rank 0 then
     writes the index naming the epoch, after every rank has finished."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -103,28 +200,86 @@ def _save_checkpoint(directory: Path, comm, model, opt, epoch: int, history: lis
     if comm.rank == 0:
         idx = directory / "checkpoint.json"
         tmp = idx.with_name(idx.name + ".tmp")
-        tmp.write_text(json.dumps({"epoch": epoch, "size": comm.size}) + "\n")
+        index = {"format": CHECKPOINT_FORMAT, "epoch": epoch, "size": comm.size}
+        if identity is not None:
+            index["identity"] = identity
+        tmp.write_text(json.dumps(index) + "\n")
         os.replace(tmp, idx)
 
 
-def _load_checkpoint(directory: Path, comm, model, opt) -> tuple[int, list]:
-    idx = directory / "checkpoint.json"
-    if not idx.exists():
-        raise GdslError(f"{directory}: no checkpoint here (checkpoint.json missing)")
-    info = json.loads(idx.read_text())
-    if info["size"] != comm.size:
-        raise GdslError(f"{directory}: checkpoint of {info['size']} ranks, this run has {comm.size}")
+_STATE_KEYS = ("epoch", "model", "opt", "step", "history")
+
+
+def _fit_params(path: Path, model, params: dict) -> None:
+    """Refuse a rank file whose parameters are not this model's (names,
+    shapes): the program differs, so every rank finds it (one report, naming
+    the directory)."""
+    want = model.state_dict()
+    if not isinstance(params, dict):
+        raise GdslError(f"{path}: not a gdsl checkpoint file (no parameters)")
+    missing = [k for k in want if k not in params]
+    extra = [k for k in params if k not in want]
+    shapes = [k for k in want if k in params and hasattr(params[k], "shape")
+              and tuple(params[k].shape) != tuple(want[k].shape)]
+    if missing or extra or shapes:
+        what = (", ".join(f"{k} is {list(params[k].shape)} in the checkpoint, {list(want[k].shape)} here" for k in shapes[:3])
+                or (f"this program's {', '.join(missing[:3])} not in it" if missing else
+                    f"its {', '.join(extra[:3])} not in this program"))
+        raise AllRanksError(f"{path.parent}: the checkpoint's parameters do not fit this program: {what}")
+
+
+def _load_checkpoint(directory: Path, comm, model, opt, identity: dict | None = None) -> tuple[int, list]:
+    """Rank 0 checks the index (and the identity) for every rank; then each
+    rank loads and checks its own file."""
+    err, info = None, None
+    if comm.rank == 0:
+        try:
+            info = read_checkpoint_index(directory)
+            check_checkpoint(info, directory, comm.size, identity)
+        except GdslError as e:
+            err = str(e)
+    if comm.size > 1:
+        err, info = comm.comm.bcast((err, info), root=0)
+    if err:
+        raise AllRanksError(err)
     path = directory / f"rank-{comm.rank}.pt"
     if not path.exists():
         raise GdslError(f"{path}: missing checkpoint file of rank {comm.rank}")
-    state = torch.load(path, weights_only=True)
+    try:
+        state = torch.load(path, weights_only=True)
+    except OSError as e:
+        raise GdslError(f"{path}: cannot read it ({e.strerror or type(e).__name__})") from None
+    except Exception as e:  # noqa: BLE001 - torch's messages suggest unsafe loading; name only the kind
+        raise GdslError(f"{path}: corrupt, or not a gdsl checkpoint file (torch.load: {type(e).__name__})") from None
+    if not isinstance(state, dict) or any(k not in state for k in _STATE_KEYS):
+        raise GdslError(f"{path}: not a gdsl checkpoint file (expected {', '.join(_STATE_KEYS)})")
+    if (state.get("rank", comm.rank), state.get("size", comm.size)) != (comm.rank, comm.size):
+        raise GdslError(f"{path}: written by rank {state.get('rank')} of {state.get('size')}, "
+                        f"this is rank {comm.rank} of {comm.size}")
     if state["epoch"] != info["epoch"]:
         raise GdslError(f"{path}: holds epoch {state['epoch']}, the index says {info['epoch']}")
-    model.load_state_dict(state["model"])
-    opt.load_state_dict(state["opt"])
-    model.step = state["step"]
-    model.load_delay_state(state.get("delay", {}))   # cd-r's pipelines, with what was in flight
+    _fit_params(path, model, state["model"])
+    try:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        model.step = int(state["step"])
+        model.load_delay_state(state.get("delay", {}))   # cd-r's pipelines, with what was in flight
+    except (RuntimeError, ValueError, KeyError, TypeError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise GdslError(f"{path}: the checkpoint does not fit this run ({first})") from None
     return state["epoch"], state["history"]
+
+
+@contextlib.contextmanager
+def _alike():
+    """The executor's own errors (a plan that cannot run an op, ...) depend on
+    the program and the plan only: every rank raises them alike."""
+    try:
+        yield
+    except AllRanksError:
+        raise
+    except GdslError as e:
+        raise AllRanksError(str(e)) from None
 
 
 def make_model(prog, part, comm, dims: dict, seed: int, backend: str = "reference"):
@@ -137,14 +292,16 @@ def make_model(prog, part, comm, dims: dict, seed: int, backend: str = "referenc
     compiled = compile_source(prog.source, prog.file, dims=dims, overrides=prog.overrides, train=prog.train_name,
                               delay=part.spec.delay)
     torch.manual_seed(seed)
-    model = DistModule(compiled.module, part, comm, backend=backend)
+    with _alike():
+        model = DistModule(compiled.module, part, comm, backend=backend)
     model.dropout_seed = seed
     release_free_heap()   # the binding's temporaries, as Program.module does (gdsl/runtime/memory.py)
     return model
 
 
 def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, history: list | None = None,
-               on_epoch=None, checkpoint: Path | None = None, every: int = 10, traffic: bool = False) -> list[dict]:
+               on_epoch=None, checkpoint: Path | None = None, every: int = 10, traffic: bool = False,
+               identity: dict | None = None) -> list[dict]:
     """Full-batch training of one rank's model; returns the per-epoch records
     (global loss and accuracies; with `traffic`, bytes per collective)."""
     from gdsl.runtime.trainer import make_optimizer
@@ -165,7 +322,8 @@ def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, histo
         model.train()
         model.epoch = epoch - 1
         opt.zero_grad(set_to_none=True)
-        out = model()
+        with _alike():
+            out = model()
         loss = model.loss(out)
         loss.backward()
         model.sync_grads()
@@ -174,9 +332,10 @@ def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, histo
         train_traffic = comm.stats.take()
         loss_value = comm.allreduce_scalars([float(loss.detach())])[0]
         if not math.isfinite(loss_value):
-            raise GdslError(f"epoch {epoch}: the loss is {loss_value}; training diverged (try a smaller lr)")
+            # the global loss: every rank stops here alike
+            raise AllRanksError(f"epoch {epoch}: the loss is {loss_value}; training diverged (try a smaller lr)")
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), _alike():
             out = model()
         metrics = _metrics(model, out, names) if model.graph.labels is not None and cfg.loss.fn != "mse" else {}
         eval_traffic = comm.stats.take()
@@ -189,7 +348,7 @@ def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, histo
             on_epoch(rec)
         if checkpoint is not None and (epoch % every == 0 or epoch == epochs):
             model.finish()
-            _save_checkpoint(checkpoint, comm, model, opt, epoch, history)
+            _save_checkpoint(checkpoint, comm, model, opt, epoch, history, identity)
     model.finish()
     return history
 
@@ -208,10 +367,12 @@ def run_rank(args: dict) -> int:
     prog = gdsl.compile(args["program"], train=args.get("train"), **args.get("overrides", {}))
     cfg = prog.train
     if cfg is None:
-        raise GdslError(f"{args['program']}: the program has no train block")
+        raise AllRanksError(f"{args['program']}: the program has no train block")
     pdir = Path(args["parts"])
     part = load_part(pdir, rank, size, expect={"program": program_key(prog.source, prog.overrides, prog.train_name)})
-    dims = read_header(part_path(pdir, rank))["dims"]
+    header = read_header(part_path(pdir, rank))
+    dims = header["dims"]
+    identity = checkpoint_identity(prog, header.get("graph"), part.spec.describe())
     seed = args.get("seed", 0)
     model = make_model(prog, part, comm, dims, seed, args.get("backend") or "reference")
     opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
@@ -219,7 +380,7 @@ def run_rank(args: dict) -> int:
     history: list[dict] = []
     start = 0
     if args.get("resume"):
-        start, history = _load_checkpoint(Path(args["resume"]), comm, model, opt)
+        start, history = _load_checkpoint(Path(args["resume"]), comm, model, opt, identity)
         if rank == 0:
             print(f"gdsl run: resuming after epoch {start} from {args['resume']}", file=sys.stderr)
     progress = Progress(epochs, every=args.get("log_every")) if rank == 0 else None
@@ -232,7 +393,8 @@ def run_rank(args: dict) -> int:
     report = args.get("report") == "comm"
     ck = Path(args["checkpoint"]) if args.get("checkpoint") else None
     train_loop(model, cfg, comm, epochs, opt=opt, start=start, history=history, on_epoch=on_epoch,
-               checkpoint=ck, every=int(args.get("checkpoint_every") or 10), traffic=bool(report or args.get("json")))
+               checkpoint=ck, every=int(args.get("checkpoint_every") or 10), traffic=bool(report or args.get("json")),
+               identity=identity)
     kernels = {} if model.kernels is None else dict(model.kernels.used)
     if rank == 0:
         _print_summary(history, report, part, args, model.backend, kernels)

@@ -1,14 +1,20 @@
 """One MPI rank: `python -m gdsl.dist.worker '<json args>'` (started by gdsl.dist.launch).
 
-Any failure becomes `gdsl: error: rank R: ...` on stderr followed by
+Any failure is reported (gdsl/dist/errors.py: to the launcher's run
+directory, or `gdsl: error: rank R: ...` on stderr) and followed by
 MPI_Abort, so the process manager stops every rank at once (no rank is left
-waiting in a collective).
+waiting in a collective). A rank whose launcher has died stops itself.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
+import socket
 import sys
+import threading
+import time
 import traceback
 
 
@@ -28,22 +34,72 @@ def _message(e: BaseException) -> str:
 def run(args: dict) -> int:
     from mpi4py import MPI
     rank = MPI.COMM_WORLD.Get_rank()
-    if args.get("run_dir"):
+    run_dir = args.get("run_dir")
+    if run_dir:
         try:
-            with open(os.path.join(args["run_dir"], f"rank-{rank}.pid"), "w") as f:
+            with open(os.path.join(run_dir, f"rank-{rank}.pid"), "w") as f:
                 f.write(str(os.getpid()))
         except OSError:
             pass
+    if args.get("launcher"):
+        watch_launcher(args["launcher"])
     try:
         from gdsl.dist.run import run_rank
         return run_rank(args)
     except BaseException as e:  # noqa: BLE001 - every failure must stop all ranks
-        print(f"gdsl: error: rank {rank}: {_message(e)}", file=sys.stderr, flush=True)
+        from gdsl.diagnostics import CompileError
+        from gdsl.dist.errors import AllRanksError, report
+        # a compile error comes from the program every rank compiles alike
+        report(rank, _message(e), isinstance(e, (AllRanksError, CompileError)), run_dir,
+               located=isinstance(e, CompileError))
         if os.environ.get("GDSL_DEBUG") == "1":
             traceback.print_exc()
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(1)
         return 1
+
+
+def _start_time(pid: int) -> str | None:
+    """The process's start time (Linux /proc), to tell it from a later process with its pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return None if fields[0] == "Z" else fields[19]   # a zombie has exited
+
+
+def launcher_alive(info: dict) -> bool:
+    pid = int(info["pid"])
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    start = info.get("start")
+    return start is None or _start_time(pid) == start
+
+
+def watch_launcher(info: dict, every: float = 1.0) -> None:
+    """Stop this rank when the `gdsl run` that launched it is gone (killed by
+    SIGKILL, say, with no chance to stop its ranks): without this, a rank
+    waiting in a collective for a stopped peer waits forever. It removes the
+    launcher's temporary directories (`cleanup`) first. Only on the
+    launcher's machine (a rank on another node cannot see its pid)."""
+    if info.get("host") != socket.gethostname():
+        return
+
+    def watch():
+        while True:
+            time.sleep(every)
+            if not launcher_alive(info):
+                for d in info.get("cleanup") or []:   # the launcher's temporary directories
+                    shutil.rmtree(d, ignore_errors=True)
+                os.kill(os.getpid(), signal.SIGKILL)   # the process manager stops the other ranks
+
+    threading.Thread(target=watch, name="gdsl-launcher-watch", daemon=True).start()
 
 
 def main() -> None:

@@ -1,0 +1,96 @@
+"""Errors of distributed runs, and how a rank reports one.
+
+A rank that fails reports `gdsl: error: rank R: MESSAGE` and calls
+MPI_Abort. Started by `gdsl run --np P` (gdsl.dist.launch), it writes the
+report to the run directory instead of stderr, and the launcher prints the
+reports once each after the ranks have stopped: the same message from
+several ranks once, naming them; an error every rank raises alike
+(`AllRanksError`) without a rank. Started by another launcher (mpiexec,
+srun: there is no run directory), the rank prints the report itself, in
+one write, so that two ranks' lines never run together.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from gdsl.diagnostics import GdslError
+
+
+class AllRanksError(GdslError):
+    """An error every rank raises at the same point with the same message
+    (after a collective, or from what every rank has alike: the program,
+    the checkpoint index): reported once, without a rank."""
+
+
+def error_path(run_dir: str, rank: int) -> str:
+    return os.path.join(run_dir, f"rank-{rank}.error")
+
+
+def report(rank: int, message: str, all_ranks: bool, run_dir: str | None, located: bool = False) -> None:
+    """Report a rank's failure (see the module docstring); `located`: the
+    message is a rendered compile error (`file:line:col: error: ...`),
+    printed as it is when every rank has it."""
+    if run_dir:
+        path = error_path(run_dir, rank)
+        try:
+            with open(path + ".tmp", "w") as f:
+                json.dump({"rank": rank, "message": message, "all_ranks": all_ranks, "located": located}, f)
+            os.replace(path + ".tmp", path)   # whole or absent: another rank's abort may kill this one
+            return
+        except OSError:
+            pass
+    if all_ranks and rank != 0:
+        time.sleep(5)   # rank 0 reports it and its MPI_Abort stops this rank first
+    if all_ranks and rank == 0:
+        text = message + "\n" if located else f"gdsl: error: {message}\n"
+    else:
+        text = f"gdsl: error: rank {rank}: {message}\n"
+    try:
+        os.write(2, text.encode())
+    except OSError:
+        pass
+
+
+def read_reports(run_dir: str) -> dict[int, tuple[str, bool, bool]]:
+    """rank -> (message, all_ranks, located) of the ranks that reported a failure."""
+    out: dict[int, tuple[str, bool, bool]] = {}
+    try:
+        names = os.listdir(run_dir)
+    except OSError:
+        return out
+    for name in names:
+        if not (name.startswith("rank-") and name.endswith(".error")):
+            continue
+        try:
+            with open(os.path.join(run_dir, name)) as f:
+                d = json.load(f)
+            out[int(d["rank"])] = (str(d["message"]), bool(d.get("all_ranks")), bool(d.get("located")))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def format_reports(reports: dict[int, tuple[str, bool, bool]], P: int) -> list[str]:
+    """One line (or block, for a located compile error) per distinct message,
+    in order of the lowest rank that reported it."""
+    groups: dict[str, list[int]] = {}
+    everywhere: set[str] = set()
+    located: set[str] = set()
+    for r in sorted(reports):
+        msg, all_ranks, loc = reports[r]
+        groups.setdefault(msg, []).append(r)
+        if all_ranks:
+            everywhere.add(msg)
+        if loc:
+            located.add(msg)
+    lines = []
+    for msg, ranks in groups.items():
+        if msg in everywhere or (len(ranks) == P and P > 1):
+            lines.append(msg if msg in located else f"gdsl: error: {msg}")
+        elif len(ranks) == 1:
+            lines.append(f"gdsl: error: rank {ranks[0]}: {msg}")
+        else:
+            lines.append(f"gdsl: error: ranks {', '.join(map(str, ranks))}: {msg}")
+    return lines

@@ -1,0 +1,332 @@
+"""`gdsl run --np P` failing well: one report per error (not one per rank,
+never two glued on a line), what can be checked checked before the ranks
+start, user messages instead of Python exceptions for bad checkpoints and
+outputs, and SIGTERM / SIGHUP / a killed launcher leaving no rank, mpiexec
+or temporary directory behind."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gdsl.dist.errors import format_reports
+
+ROOT = Path(__file__).resolve().parent.parent
+GCN, GAT = str(ROOT / "programs" / "gcn.gd"), str(ROOT / "programs" / "gat.gd")
+MPIEXEC = str(Path(sys.executable).parent / "mpiexec") if (Path(sys.executable).parent / "mpiexec").exists() \
+    else shutil.which("mpiexec")
+
+
+def _has_mpi() -> bool:
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return False
+    return MPIEXEC is not None
+
+
+mpi = [pytest.mark.mpi, pytest.mark.skipif(not _has_mpi(), reason="needs mpi4py and mpiexec")]
+
+
+def _env(extra: dict | None = None) -> dict:
+    e = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **(extra or {})}
+    for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MPI_LOCALRANKID"):
+        e.pop(k, None)
+    return e
+
+
+def gdsl(*args, timeout=300, env=None, cwd=None):
+    return subprocess.run([sys.executable, "-m", "gdsl.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=_env(env), cwd=cwd, check=False)
+
+
+def errors(r) -> list[str]:
+    lines = [ln for ln in r.stderr.splitlines() if "error" in ln]
+    assert "Traceback" not in r.stderr, r.stderr
+    for ln in lines:   # one message per line: never two reports run together
+        assert ln.count("gdsl: error:") <= 1, ln
+    return lines
+
+
+# ---------------------------------------------------------------- one report per error
+
+def test_reports_are_grouped_by_message():
+    assert format_reports({1: ("boom", False, False)}, 4) == ["gdsl: error: rank 1: boom"]
+    assert format_reports({0: ("x", False, False), 2: ("x", False, False)}, 4) == ["gdsl: error: ranks 0, 2: x"]
+    assert format_reports({0: ("x", False, False), 1: ("x", False, False)}, 2) == ["gdsl: error: x"]
+    assert format_reports({3: ("x", True, False)}, 4) == ["gdsl: error: x"]        # every rank's alike
+    assert format_reports({2: ("b", False, False), 0: ("a", False, False)}, 4) == \
+        ["gdsl: error: rank 0: a", "gdsl: error: rank 2: b"]
+    assert format_reports({1: ("p.gd:1:2: error: bad\n  1 | x", True, True)}, 2) == ["p.gd:1:2: error: bad\n  1 | x"]
+
+
+def test_resume_from_an_empty_directory_is_one_error_before_launch(tmp_path):
+    """Was `rank 1: ...missing)gdsl: error: rank 0: ...`: once per rank, glued."""
+    (tmp_path / "emptyck").mkdir()
+    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "3", "--resume", str(tmp_path / "emptyck"))
+    assert r.returncode == 1
+    assert errors(r) == [f"gdsl: error: {tmp_path / 'emptyck'}: no checkpoint here (checkpoint.json missing)"]
+    assert "partitioned in" not in r.stderr   # refused before partitioning and starting the ranks
+
+
+@pytest.mark.parametrize("P", [2, 3])
+@pytest.mark.mpi
+@pytest.mark.skipif(not _has_mpi(), reason="needs mpi4py and mpiexec")
+def test_a_diverged_run_is_reported_once(tmp_path, P):
+    prog = tmp_path / "nan.gd"
+    prog.write_text(Path(GCN).read_text().replace("lr = 0.01", "lr = 1e400"))
+    r = gdsl("run", str(prog), "--np", str(P), "--partition", "rows", "--epochs", "3")
+    assert r.returncode == 1
+    assert errors(r) == ["gdsl: error: epoch 2: the loss is nan; training diverged (try a smaller lr)"]
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(not _has_mpi(), reason="needs mpi4py and mpiexec")
+def test_a_plan_every_rank_refuses_is_reported_once():
+    r = gdsl("run", GAT, "--np", "3", "--partition", "redistribute", "--epochs", "1")
+    assert r.returncode == 1
+    (line,) = errors(r)
+    assert line.startswith("gdsl: error: partition = redistribute (RDM) cannot run op")
+
+
+# ---------------------------------------------------------------- outputs checked before training
+
+def test_checkpoint_path_that_is_a_file_is_refused_before_training(tmp_path):
+    f = tmp_path / "ckfile"
+    f.write_text("mine\n")
+    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--checkpoint", str(f))
+    assert r.returncode == 1
+    assert errors(r) == [f"gdsl: error: --checkpoint {f}: exists and is not a directory (a checkpoint is a directory)"]
+    assert "partitioned in" not in r.stderr and f.read_text() == "mine\n"
+    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--checkpoint", str(f / "sub"))
+    assert r.returncode == 1 and errors(r) == [f"gdsl: error: --checkpoint {f / 'sub'}: {f} is not a directory"]
+
+
+def test_json_destination_is_checked_before_training(tmp_path):
+    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--json", str(tmp_path))
+    assert r.returncode == 1
+    assert errors(r) == [f"gdsl: error: --json {tmp_path}: is a directory (give a file name)"]
+    assert "partitioned in" not in r.stderr
+    out = tmp_path / "no" / "such" / "o.json"
+    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--json", str(out))
+    assert r.returncode == 1 and errors(r) == [f"gdsl: error: --json {out}: no such directory: {out.parent}"]
+
+
+# ---------------------------------------------------------------- bad checkpoints
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    if not _has_mpi():
+        pytest.skip("needs mpi4py and mpiexec")
+    ck = tmp_path_factory.mktemp("ck") / "ck"
+    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "1", "--checkpoint", str(ck))
+    assert r.returncode == 0, r.stderr
+    return ck
+
+
+def _copy(ck: Path, tmp_path: Path) -> Path:
+    d = tmp_path / "ck"
+    shutil.copytree(ck, d)
+    return d
+
+
+def test_checkpoint_json_records_what_wrote_it(checkpoint):
+    info = json.loads((checkpoint / "checkpoint.json").read_text())
+    assert info["format"] == "gdsl-checkpoint-1" and info["epoch"] == 1 and info["size"] == 2
+    ident = info["identity"]
+    assert ident["program"] == GCN and ident["train"] == "cora" and ident["overrides"] == {}
+    assert ident["plan"] == "rows(hash) halo=alltoallv" and len(ident["source"]) == 16 and ident["graph"]
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("garbage", ["{not json", "[1, 2]", '{"epoch": "x", "size": 2}'])
+def test_garbage_checkpoint_json_is_not_a_checkpoint(checkpoint, tmp_path, garbage):
+    d = _copy(checkpoint, tmp_path)
+    (d / "checkpoint.json").write_text(garbage)
+    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--resume", str(d))
+    assert r.returncode == 1
+    (line,) = errors(r)
+    assert line.startswith(f"gdsl: error: {d / 'checkpoint.json'}: not a gdsl checkpoint (")
+    assert "JSONDecodeError" not in line and "partitioned in" not in r.stderr
+
+
+@pytest.mark.mpi
+def test_a_corrupt_rank_file_is_named_without_suggesting_unsafe_loading(checkpoint, tmp_path):
+    d = _copy(checkpoint, tmp_path)
+    (d / "rank-1.pt").write_bytes(b"garbage, not a torch file\n")
+    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--resume", str(d))
+    assert r.returncode == 1
+    assert errors(r) == [(f"gdsl: error: rank 1: {d / 'rank-1.pt'}: corrupt, or not a gdsl checkpoint file "
+                          "(torch.load: UnpicklingError)")]
+    assert "weights_only" not in r.stderr + r.stdout
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("change,why", [
+    (["--program", GAT], f"it was written by {GCN}, this run is {GAT}"),
+    (["--set", "hidden=8"], "it was written with no --set, this run has --set hidden=8"),
+    (["--partition", "vertex_cut"], ("it was written by plan rows(hash) halo=alltoallv, this run's plan is "
+                                     "vertex_cut delay=0 (cd-0)")),
+    (["--data", "citeseer"], "it was written for another graph (--data)"),
+    (["--np", "3"], "checkpoint of 2 ranks, this run has 3 (resume with --np 2)"),
+])
+def test_resuming_another_programs_checkpoint_names_the_difference(checkpoint, change, why):
+    """Was `RuntimeError: Error(s) in loading state_dict ...` from the ranks."""
+    args = {"--program": GCN, "--np": "2", "--partition": "rows"}
+    extra = []
+    for k, v in zip(change[::2], change[1::2]):
+        if k in args:
+            args[k] = v
+        else:
+            extra += [k, v]
+    r = gdsl("run", args["--program"], "--np", args["--np"], "--partition", args["--partition"], "--epochs", "2",
+             "--resume", str(checkpoint), *extra)
+    assert r.returncode == 1
+    (line,) = errors(r)
+    assert line.startswith(f"gdsl: error: {checkpoint}: ") and why in line, line
+    assert "partitioned in" not in r.stderr
+
+
+@pytest.mark.mpi
+def test_the_ranks_check_the_parameters_of_a_checkpoint_without_identity(checkpoint, tmp_path):
+    """A checkpoint index that records no identity (written before it did) is
+    not checked up front; the ranks then refuse parameters of other shapes
+    with a message, not torch's load_state_dict error."""
+    d = _copy(checkpoint, tmp_path)
+    info = json.loads((d / "checkpoint.json").read_text())
+    del info["identity"], info["format"]
+    (d / "checkpoint.json").write_text(json.dumps(info))
+    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--resume", str(d), "--set", "hidden=8")
+    assert r.returncode == 1
+    (line,) = errors(r)
+    assert line.startswith(f"gdsl: error: {d}: the checkpoint's parameters do not fit this program: "
+                           "GCNConv_1.W is [1433, 16] in the checkpoint, [1433, 8] here")
+    assert "state_dict" not in r.stderr
+
+
+@pytest.mark.mpi
+def test_resume_still_reproduces_the_run(checkpoint, tmp_path):
+    full, res = tmp_path / "full.json", tmp_path / "res.json"
+    assert gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--json", str(full)).returncode == 0
+    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--halo", "bcast", "--epochs", "2",
+             "--resume", str(checkpoint), "--json", str(res))
+    assert r.returncode == 0, r.stderr
+    curves = [[e["loss"] for e in json.loads(f.read_text())["epochs"]] for f in (full, res)]
+    assert curves[0] == pytest.approx(curves[1], rel=1e-6)
+
+
+# ---------------------------------------------------------------- signals
+
+class Run:
+    """`gdsl run --np 2` in the background, its temporary directories in a TMPDIR of its own."""
+
+    def __init__(self, tmp_path: Path, epochs: int = 2000):
+        self.prog = tmp_path / f"sig_{os.getpid()}_{time.monotonic_ns()}.gd"   # unique: find this run's processes
+        self.prog.write_text(Path(GCN).read_text())
+        self.tmp = tmp_path / "tmpdir"
+        self.tmp.mkdir()
+        # under nohup (or as a background job) SIGHUP / SIGINT arrive ignored, and gdsl keeps them so:
+        # restore the defaults, then exec gdsl (same pid)
+        argv = [sys.executable, "-m", "gdsl.cli", "run", str(self.prog), "--np", "2", "--partition", "rows",
+                "--epochs", str(epochs), "--log-every", "1"]
+        boot = ("import os, signal, sys\n"
+                "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):\n"
+                "    signal.signal(s, signal.SIG_DFL)\n"
+                "os.execv(sys.executable, sys.argv[1:])\n")
+        self.proc = subprocess.Popen([sys.executable, "-c", boot, *argv], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=_env({"TMPDIR": str(self.tmp)}))
+        self.err: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.err.extend(self.proc.stderr), daemon=True)
+        self.reader.start()
+        deadline = time.monotonic() + 120
+        while not any(ln.startswith("epoch") for ln in list(self.err)):
+            assert self.proc.poll() is None and time.monotonic() < deadline, "".join(self.err)
+            time.sleep(0.1)
+
+    def pids(self, ranks_only: bool = False) -> list[int]:
+        out = subprocess.run(["pgrep", "-f", str(self.prog)], capture_output=True, text=True,
+                             check=False).stdout.split()
+        pids = [int(p) for p in out if int(p) != self.proc.pid]
+        if ranks_only:
+            pids = [p for p in pids if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[1:3] ==
+                    [b"-m", b"gdsl.dist.worker"]]
+        return pids
+
+    def leftovers(self) -> list[str]:
+        return sorted(p.name for p in self.tmp.iterdir() if p.name.startswith("gdsl-"))
+
+    def gone_within(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if not self.pids():
+                return True
+            time.sleep(0.1)
+        return False
+
+    def cleanup(self) -> None:   # only this run's own processes, by pid
+        for p in self.pids() + ([self.proc.pid] if self.proc.poll() is None else []):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _signal_run(tmp_path, sig, stop_a_rank=False):
+    run = Run(tmp_path)
+    try:
+        assert run.leftovers(), "the run has no temporary directories to remove"
+        if stop_a_rank:
+            os.kill(run.pids(ranks_only=True)[0], signal.SIGSTOP)
+        t0 = time.monotonic()
+        run.proc.send_signal(sig)
+        rc = run.proc.wait(30)
+        took = time.monotonic() - t0
+        run.reader.join(5)
+        return run, rc, took
+    except BaseException:
+        run.cleanup()
+        raise
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(not _has_mpi() or not Path("/proc").is_dir(), reason="needs MPI and /proc")
+@pytest.mark.parametrize("sig,stop_a_rank", [(signal.SIGTERM, False), (signal.SIGHUP, False),
+                                             (signal.SIGTERM, True), (signal.SIGINT, False)])
+def test_sigterm_and_sighup_stop_every_rank_and_remove_the_temporary_directories(tmp_path, sig, stop_a_rank):
+    """What `timeout` sends: was the parent gone at once, mpiexec and the
+    ranks running on for seconds (forever with a SIGSTOPped rank), and
+    /tmp/gdsl-parts-*, /tmp/gdsl-run-* left behind."""
+    run, rc, took = _signal_run(tmp_path, sig, stop_a_rank)
+    try:
+        assert rc == 128 + sig
+        name = signal.Signals(sig).name
+        last = "gdsl: interrupted" if sig == signal.SIGINT else f"gdsl: terminated ({name})"
+        assert "".join(run.err).strip().splitlines()[-1] == last + "; all ranks stopped"
+        assert took < 10
+        assert run.gone_within(2), "mpiexec or a rank left running"
+        assert run.leftovers() == []
+    finally:
+        run.cleanup()
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(not _has_mpi() or not Path("/proc").is_dir(), reason="needs MPI and /proc")
+def test_ranks_of_a_killed_launcher_stop_themselves(tmp_path):
+    """SIGKILL to `gdsl run` (no handler runs) with one rank SIGSTOPped: the
+    other rank notices its launcher is gone, removes the temporary
+    directories and dies, and the process manager takes down the rest."""
+    run, rc, _ = _signal_run(tmp_path, signal.SIGKILL, stop_a_rank=True)
+    try:
+        assert rc == -signal.SIGKILL
+        assert run.gone_within(15), "orphaned mpiexec or ranks still running"
+        assert run.leftovers() == []
+    finally:
+        run.cleanup()
