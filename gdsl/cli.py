@@ -456,12 +456,6 @@ def main(argv: list[str] | None = None) -> int:
     except MemoryError:
         print("gdsl: error: out of memory", file=sys.stderr)
         return 1
-    except RuntimeError as e:
-        oom = _out_of_memory(e)
-        if oom is None or debug:
-            raise
-        print(f"gdsl: error: out of memory: {oom}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         print("gdsl: interrupted", file=sys.stderr)
         return 130
@@ -472,6 +466,10 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return 141
     except Exception as e:  # noqa: BLE001 - the one boundary
+        oom = _out_of_memory(e) if isinstance(e, RuntimeError) else None
+        if oom is not None:   # torch's allocation failure: a user error (a size far too large), not a bug
+            print(f"gdsl: error: out of memory: {oom}", file=sys.stderr)
+            return 1
         if debug:
             raise
         from gdsl.passes.pipeline import InternalCompilerError

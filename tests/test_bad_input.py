@@ -118,7 +118,8 @@ def test_json_keeps_a_users_file_named_like_a_temporary(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "out.json.tmp"]
 
 
-@pytest.mark.parametrize("where, message", [("adir", "is a directory"), ("nope/x.json", "does not exist")])
+@pytest.mark.parametrize("where, message", [("adir", "is a directory (give a file name)"),
+                                             ("nope/x.json", "no such directory")])
 def test_json_destination_is_checked_before_training(tmp_path, capsys, where, message):
     (tmp_path / "adir").mkdir()
     rc, out, err = run(capsys, "run", str(PROGRAMS / "gcn.gd"), "--epochs", "1", "--backend", "reference",

@@ -98,16 +98,8 @@ def check_outputs(args) -> None:
     """--json FILE and --checkpoint DIR can be written: checked before the
     ranks start, not found out after training."""
     if getattr(args, "json", None):
-        p = Path(args.json)
-        if p.is_dir():
-            raise GdslError(f"--json {p}: is a directory (give a file name)")
-        parent = p.parent
-        if not parent.exists():
-            raise GdslError(f"--json {p}: no such directory: {parent}")
-        if not parent.is_dir():
-            raise GdslError(f"--json {p}: {parent} is not a directory")
-        if not os.access(parent, os.W_OK | os.X_OK):
-            raise GdslError(f"--json {p}: cannot write in {parent} (permission denied)")
+        from gdsl.runtime.trainer import check_json_path
+        check_json_path(args.json)
     if getattr(args, "checkpoint", None):
         p = Path(args.checkpoint)
         if p.exists() and not p.is_dir():

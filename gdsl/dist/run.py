@@ -304,7 +304,7 @@ def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, histo
                identity: dict | None = None) -> list[dict]:
     """Full-batch training of one rank's model; returns the per-epoch records
     (global loss and accuracies; with `traffic`, bytes per collective)."""
-    from gdsl.runtime.trainer import make_optimizer
+    from gdsl.runtime.trainer import make_optimizer, optimizer_step
     opt = opt or make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
     evals = [m for _, m in cfg.eval]
     loss_mask = cfg.loss.mask if cfg.loss else None
@@ -327,7 +327,7 @@ def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, histo
         loss = model.loss(out)
         loss.backward()
         model.sync_grads()
-        opt.step()
+        optimizer_step(opt, epoch, AllRanksError)   # the same lr and overflow on every rank
         t_train = time.perf_counter() - t0
         train_traffic = comm.stats.take()
         loss_value = comm.allreduce_scalars([float(loss.detach())])[0]

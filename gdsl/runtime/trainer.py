@@ -51,6 +51,19 @@ def make_optimizer(name: str, args: dict[str, float], params) -> torch.optim.Opt
     raise GdslError(f"unknown optimizer '{name}'")
 
 
+def optimizer_step(opt: torch.optim.Optimizer, epoch: int, error=GdslError) -> None:
+    """opt.step(), with torch's float32 overflow of an absurd step (an lr of
+    1e38: Adam's step size lr / (1 - beta1) no longer fits) as a user error."""
+    try:
+        opt.step()
+    except RuntimeError as e:
+        if "without overflow" not in str(e):
+            raise
+        lr = opt.param_groups[0].get("lr")
+        raise error(f"epoch {epoch}: the optimizer step overflows float32 (lr = {lr:g}); training diverged "
+                    "(try a smaller lr)") from None
+
+
 def accuracy(out: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None) -> float:
     """Share of correct predictions: argmax over classes, or the sign of a
     single logit (a bce model with output [] or [1])."""
@@ -106,7 +119,7 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
             if not math.isfinite(loss_value):
                 raise GdslError(f"epoch {epoch}: the loss is {loss_value}; training diverged (try a smaller lr)")
             loss.backward()
-            opt.step()
+            optimizer_step(opt, epoch)
             model.eval()
             with torch.no_grad():
                 out = model()
@@ -165,15 +178,18 @@ def _finite_or_null(x):
 
 
 def check_json_path(path: str) -> None:
-    """Refuse an unusable --json destination before training, not after it:
-    a directory, or a file in a folder that does not exist."""
+    """Refuse an unusable --json destination before training, not after it
+    (single-process and `--np` runs alike)."""
     p = Path(path)
     if p.is_dir():
-        raise GdslError(f"{path}: is a directory (--json wants a file name)")
-    if not p.parent.is_dir():
-        raise GdslError(f"{path}: the folder {p.parent} does not exist")
-    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise GdslError(f"{path}: permission denied")
+        raise GdslError(f"--json {p}: is a directory (give a file name)")
+    parent = p.parent
+    if not parent.exists():
+        raise GdslError(f"--json {p}: no such directory: {parent}")
+    if not parent.is_dir():
+        raise GdslError(f"--json {p}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise GdslError(f"--json {p}: cannot write in {parent} (permission denied)")
 
 
 def write_json(path: str, payload: dict) -> None:
