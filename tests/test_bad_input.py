@@ -187,3 +187,9 @@ def test_features_beyond_float32_are_refused_without_a_numpy_warning(tmp_path, c
         warnings.simplefilter("error")   # a RuntimeWarning (overflow in cast) would fail here
         rc, _, err = run(capsys, "run", str(PROGRAMS / "gcn.gd"), "--data", str(tmp_path / "big.npz"), "--epochs", "1")
     assert rc == 1 and "features contain NaN or inf (first at vertex 0)" in err
+
+
+def test_an_optimizer_step_beyond_float32_is_a_diverged_run(tmp_path, capsys):
+    p = prog(tmp_path, "gcn.gd", ("lr = 0.01", "lr = 1e38"))
+    rc, _, err = run(capsys, "run", str(p), "--epochs", "2", "--backend", "reference")
+    assert rc == 1 and "epoch 1: the optimizer step overflows float32 (lr = 1e+38); training diverged" in err
