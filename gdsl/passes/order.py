@@ -112,10 +112,8 @@ class Order:
             return None
         a = t.operands[0]
         scale = None
-        if a.owner is not None and a.owner.name == "mul" and only(a, t):
-            x, c = a.owner.operands
-            if c.owner is not None and c.owner.name == "vertex_const":
-                scale, a = a.owner, x
+        if a.owner is not None and only(a, t) and _is_vertex_scale(a.owner, a.owner.operands[0]):
+            scale, a = a.owner, a.owner.operands[0]
         agg = a.owner
         if agg is None or agg.name != "aggregate" or agg.attrs["reduce"] != "sum" or not only(a, scale or t):
             return None
@@ -236,6 +234,14 @@ class LinearGroup:
         return self.bwd == "sparse_first"
 
 
+def _is_vertex_scale(op: Op, a: Value) -> bool:
+    """`op` is `mul a, c` with c a per-vertex constant (what `Order.match` accepts)."""
+    if op.name != "mul" or op.operands[0] is not a:
+        return False
+    c = op.operands[1].owner
+    return c is not None and c.name == "vertex_const" and c.result.type.shape == ()
+
+
 def linear_groups(module: Module) -> list[LinearGroup]:
     """The forms the order pass decided (aggregations carrying `order_grad`)."""
     f = module.main
@@ -246,7 +252,9 @@ def linear_groups(module: Module) -> list[LinearGroup]:
             continue
         fwd = agg.attrs["order"]
         nxt = users.get(agg.result, [])
-        scale = nxt[0] if (len(nxt) == 1 and nxt[0].name == "mul" and nxt[0].operands[0] is agg.result) else None
+        # the vertex scale the order pass keeps with the form (mean's 1/deg; `Order.match`),
+        # never a factor the program applies to the result (`a @ W * s`), which autograd runs
+        scale = nxt[0] if (len(nxt) == 1 and agg.result not in f.results and _is_vertex_scale(nxt[0], agg.result)) else None
         if fwd == "sparse_first":
             tail = scale.result if scale is not None else agg.result
             mm = users[tail][0]
