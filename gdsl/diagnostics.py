@@ -92,7 +92,7 @@ MAX_SHOWN = 120  # source characters shown around a caret
 
 def render(diag: Diagnostic, source: str | None) -> str:
     """Render one diagnostic like clang: header, source line, caret."""
-    out = [f"{diag.span}: {diag.severity}: {diag.message}"]
+    out = [f"{diag.span}: {diag.severity}: {diag.message}" + (" (needs data)" if diag.needs_data else "")]
     lines = source.splitlines() if source else []
     sp = diag.span
     if sp.known and 1 <= sp.line <= len(lines):
@@ -114,5 +114,12 @@ def render(diag: Diagnostic, source: str | None) -> str:
     return "\n".join(out)
 
 
+NEEDS_DATA_NOTE = ("note: the checks marked (needs data) compare with a size the data binds (N, E, F or C); "
+                   "with --data, or under `gdsl run`, they are checked against the data's values")
+
+
 def render_all(err: CompileError) -> str:
-    return "\n".join(render(d, err.source) for d in err.diagnostics)
+    text = "\n".join(render(d, err.source) for d in err.diagnostics)
+    if any(d.needs_data for d in err.diagnostics):
+        text += "\n" + NEEDS_DATA_NOTE
+    return text

@@ -62,6 +62,26 @@ def test_a_data_dependent_error_is_reported_at_its_line_when_bound(tmp_path, cap
     assert rc == 1 and f"{p}:19:9: error: reshape: cannot reshape [3703] into [1433]" in err
 
 
+def test_a_class_count_written_as_a_number_is_checked_against_the_data(tmp_path, capsys):
+    """`GCNConv[7](h)` for labels declared `label[C]`: valid on Cora (C = 7),
+    refused on CiteSeer (C = 6) with the bound count, and `compile` without
+    data says the check needs the data instead of refusing the program."""
+    p = prog(tmp_path, "gcn.gd", ("GCNConv[C](h)", "GCNConv[7](h)"))
+    rc, _, err = run(capsys, "compile", str(p))
+    assert rc == 1 and "model output has 7 features but 'Y' has C classes (needs data)" in err
+    assert "with --data, or under `gdsl run`" in err
+    rc, _, err = run(capsys, "compile", str(p), "--data", "cora")
+    assert rc == 0, err
+    rc, out, err = run(capsys, "run", str(p), "--epochs", "1", "--backend", "reference")
+    assert rc == 0 and "final (epoch 1)" in out, err
+    rc, _, err = run(capsys, "run", str(p), "--epochs", "1", "--data", "citeseer", "--backend", "reference")
+    assert rc == 1 and "model output has 7 features but 'Y' has 6 classes\n" in err, err
+    assert "needs data" not in err
+    program = gdsl.compile(str(p))
+    graph = gdsl.load_graph("cora")
+    assert program.module(graph, backend="reference")(graph.features).shape == (graph.num_nodes, 7)
+
+
 def test_label_count_declared_as_a_number_admits_fewer_classes():
     src = (PROGRAMS / "gcn.gd").read_text().replace("label[C]", "label[5]").replace("GCNConv[C](h)", "GCNConv[5](h)")
     g = gdsl.Graph.from_edges(np.array([0, 1, 2]), np.array([1, 2, 0]), 3, features=torch.ones(3, 4),

@@ -308,8 +308,10 @@ class Lowerer:
                 self.diags.error(spec.span, f"{spec.fn} needs model output [C], got {fmt_shape(out.type.shape)}")
                 return
             if classes is not None and not same_dim(out.type.shape[0], classes):
+                # `Lin[7](X)` against label[C] holds or fails only when C is bound from the data
                 self.diags.error(spec.span, f"model output has {sympy.sstr(out.type.shape[0])} features but "
-                                 f"'{spec.target}' has {sympy.sstr(classes)} classes")
+                                 f"'{spec.target}' has {sympy.sstr(classes)} classes",
+                                 needs_data=_symbolic((out.type.shape[0], classes)))
                 return
         elif spec.fn == "bce":
             if out.type.shape not in ((), (1,)) and t.type.dtype == "i64":
@@ -326,7 +328,8 @@ class Lowerer:
             return
         elif spec.fn == "mse" and t.type.dtype == "f32":
             if len(t.type.shape) != len(out.type.shape) or not all(same_dim(a, b) for a, b in zip(t.type.shape, out.type.shape)):
-                self.diags.error(spec.span, f"mse: model output {fmt_shape(out.type.shape)} and target {fmt_shape(t.type.shape)} differ")
+                self.diags.error(spec.span, f"mse: model output {fmt_shape(out.type.shape)} and target {fmt_shape(t.type.shape)} differ",
+                                 needs_data=_symbolic(tuple(out.type.shape) + tuple(t.type.shape)))
                 return
         v = Value(Type("scalar", "f32", ()), "loss")
         sc.func.ops.append(Op("loss", [out, t], v, {**attrs, "keep": True}, spec.span))

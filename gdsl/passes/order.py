@@ -112,7 +112,7 @@ class Order:
             return None
         a = t.operands[0]
         scale = None
-        if a.owner is not None and only(a, t) and _is_vertex_scale(a.owner, a.owner.operands[0]):
+        if a.owner is not None and only(a, t) and _is_vertex_scale(a.owner):
             scale, a = a.owner, a.owner.operands[0]
         agg = a.owner
         if agg is None or agg.name != "aggregate" or agg.attrs["reduce"] != "sum" or not only(a, scale or t):
@@ -234,9 +234,9 @@ class LinearGroup:
         return self.bwd == "sparse_first"
 
 
-def _is_vertex_scale(op: Op, a: Value) -> bool:
-    """`op` is `mul a, c` with c a per-vertex constant (what `Order.match` accepts)."""
-    if op.name != "mul" or op.operands[0] is not a:
+def _is_vertex_scale(op: Op, a: Value | None = None) -> bool:
+    """`op` is `mul a, c` (any a if None) with c a per-vertex constant (what `Order.match` accepts)."""
+    if op.name != "mul" or len(op.operands) != 2 or (a is not None and op.operands[0] is not a):
         return False
     c = op.operands[1].owner
     return c is not None and c.name == "vertex_const" and c.result.type.shape == ()
