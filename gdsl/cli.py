@@ -29,6 +29,17 @@ def _seed(text: str) -> int:
     return v
 
 
+def _positive(text: str) -> int:
+    """A count of epochs (--log-every, --checkpoint-every): an integer >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return v
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gdsl", description="gdsl: a compiler for graph neural network training")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
@@ -62,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
                         "reference where numba is not installed)")
     r.add_argument("--json", metavar="FILE", help="write per-epoch and final metrics to FILE")
     r.add_argument("--split", type=int, default=0, help="which split of a multi-split dataset (default 0)")
-    r.add_argument("--log-every", type=int, help="print every K epochs when not on a terminal")
+    r.add_argument("--log-every", type=_positive, help="print every K epochs when not on a terminal")
     d = r.add_argument_group("distributed (MPI)")
     d.add_argument("--np", type=int, dest="np_", metavar="P",
                    help="train on P MPI ranks: starts `mpiexec -n P` itself, or, started by mpiexec/srun, "
@@ -71,7 +82,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--parts", metavar="DIR", help="use (or write) the per-rank partition files in DIR")
     d.add_argument("--report", choices=("comm",), help="print the bytes each collective moved, per epoch and per op")
     d.add_argument("--checkpoint", metavar="DIR", help="save every rank's state to DIR (atomically)")
-    d.add_argument("--checkpoint-every", type=int, default=10, metavar="K", help="checkpoint every K epochs (default 10)")
+    d.add_argument("--checkpoint-every", type=_positive, default=10, metavar="K", help="checkpoint every K epochs (default 10)")
     d.add_argument("--resume", metavar="DIR", help="continue from the checkpoint in DIR")
 
     pa = sub.add_parser("partition", help="write per-rank partition files for `gdsl run --np P --parts DIR`")

@@ -213,3 +213,34 @@ def test_an_optimizer_step_beyond_float32_is_a_diverged_run(tmp_path, capsys):
     p = prog(tmp_path, "gcn.gd", ("lr = 0.01", "lr = 1e38"))
     rc, _, err = run(capsys, "run", str(p), "--epochs", "2", "--backend", "reference")
     assert rc == 1 and "epoch 1: the optimizer step overflows float32 (lr = 1e+38); training diverged" in err
+
+
+def test_label_ids_that_are_not_compact_are_a_data_error(tmp_path, capsys):
+    z = dict(np.load(ROOT / "gdsl" / "data" / "cora.npz"))
+    z["labels"] = z["labels"].astype(np.int64)
+    z["labels"][5] = 2 ** 40                       # was: "out of memory" for C = 2**40 + 1
+    np.savez(tmp_path / "g.npz", **z)
+    rc, _, err = run(capsys, "run", str(PROGRAMS / "gcn.gd"), "--data", str(tmp_path / "g.npz"), "--epochs", "1")
+    assert rc == 1 and "labels must be class ids 0..C-1 with C at most 16,777,216; found 1,099,511,627,776" in err
+
+
+@pytest.mark.parametrize("flag", ["--log-every", "--checkpoint-every"])
+def test_epoch_counts_must_be_positive(capsys, flag):
+    with pytest.raises(SystemExit) as e:          # --checkpoint-every 0 was taken as 10
+        main(["run", str(PROGRAMS / "gcn.gd"), flag, "0"])
+    assert e.value.code == 2 and f"argument {flag}: must be at least 1, got 0" in capsys.readouterr().err
+
+
+def test_a_partition_file_that_is_not_an_archive(tmp_path):
+    from gdsl.dist.part import read_header
+    (tmp_path / "p.npz").write_text("rank 0\n")
+    with pytest.raises(GdslError, match="not a gdsl partition file \\(not an .npz archive") as e:
+        read_header(tmp_path / "p.npz")
+    assert "pickle" not in str(e.value)
+
+
+def test_a_model_returning_a_number_points_at_its_return(tmp_path, capsys):
+    p = prog(tmp_path, "gcn.gd", ("    return GCNConv[C](h)\n", "    return 3\n"))
+    rc, _, err = run(capsys, "compile", str(p))
+    assert rc == 1 and "error: the model returns a scalar value; the loss needs a vertex tensor" in err
+    assert f"{p}:22:12: note: the model's return value" in err, err

@@ -404,6 +404,8 @@ def save_part(pr: RankPart, directory: str | Path, meta: dict) -> Path:
 
 def read_header(path: Path) -> dict:
     try:
+        if not zipfile.is_zipfile(path):   # np.load would call any other file "pickled data"
+            raise GdslError(f"{path}: not a gdsl partition file (not an .npz archive; write them with `gdsl partition`)")
         with np.load(path, allow_pickle=False) as z:
             return json.loads(bytes(z["header"]).decode())
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as e:

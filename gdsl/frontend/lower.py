@@ -300,7 +300,9 @@ class Lowerer:
         t = target.value
         attrs = {"fn": spec.fn, "mask": spec.mask or "all"}
         if out.type.domain != "vertex":
-            self.diags.error(spec.span, f"the model returns a {out.type.domain} value; the loss needs a vertex tensor")
+            where = out.owner.span if out.owner is not None else None
+            notes = (self.diags.note(where, "the model's return value"),) if where is not None and where.known else ()
+            self.diags.error(spec.span, f"the model returns a {out.type.domain} value; the loss needs a vertex tensor", notes)
             return
         if spec.fn in ("cross_entropy", "nll"):
             classes = t.owner.attrs.get("classes")

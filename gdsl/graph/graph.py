@@ -15,6 +15,11 @@ import torch
 from gdsl.diagnostics import GdslError
 
 
+# The class count C = max label + 1 sizes the model's [N, C] output; label ids
+# beyond this are ids that were never made compact, not classes.
+MAX_CLASSES = 2 ** 24
+
+
 @dataclass
 class Graph:
     src: torch.Tensor
@@ -119,6 +124,10 @@ class Graph:
                 raise GdslError(f"{where}: labels must have one entry per vertex ({n}), got shape {list(self.labels.shape)}")
             if n and int(self.labels.min()) < 0:
                 raise GdslError(f"{where}: labels must be class ids >= 0, found {int(self.labels.min())}")
+            if n and int(self.labels.max()) >= MAX_CLASSES:
+                raise GdslError(f"{where}: labels must be class ids 0..C-1 with C at most {MAX_CLASSES:,}; found "
+                                f"{int(self.labels.max()):,} (relabel them compactly, e.g. np.unique(labels, "
+                                "return_inverse=True))")
         for k, m in self.masks.items():
             if m.shape != (n,):
                 raise GdslError(f"{where}: mask '{k}' must have one entry per vertex ({n}), got shape {list(m.shape)}")
