@@ -244,3 +244,21 @@ def test_a_model_returning_a_number_points_at_its_return(tmp_path, capsys):
     rc, _, err = run(capsys, "compile", str(p))
     assert rc == 1 and "error: the model returns a scalar value; the loss needs a vertex tensor" in err
     assert f"{p}:22:12: note: the model's return value" in err, err
+
+
+def test_models_the_train_block_does_not_select_are_checked(tmp_path, capsys):
+    src = (PROGRAMS / "gcn.gd").read_text()
+    extra = "model Broken[k] { return GCNConv[k](Q) }\nmodel Twice { return GCNConv[C](X, X) }\n"
+    p = tmp_path / "p.gd"
+    p.write_text(src.replace("\ntrain ", "\n" + extra + "train ", 1))
+    line = p.read_text().splitlines().index("model Broken[k] { return GCNConv[k](Q) }") + 1
+    rc, _, err = run(capsys, "compile", str(p))
+    assert rc == 1
+    assert f"{p}:{line}:37: error: undefined name 'Q'" in err
+    assert f"{p}:{line + 1}:22: error: GCNConv takes 1 tensor argument, got 2" in err
+    # a valid second model changes nothing in the selected one's IR
+    q = tmp_path / "q.gd"
+    q.write_text(src.replace("\ntrain ", "\nmodel Lin { return GCNConv[C](X) }\ntrain ", 1))
+    rc, out_q, _ = run(capsys, "compile", str(q), "--emit", "ir")
+    rc0, out_0, _ = run(capsys, "compile", str(PROGRAMS / "gcn.gd"), "--emit", "ir")
+    assert rc == rc0 == 0 and out_q == out_0

@@ -230,10 +230,14 @@ class Lowerer:
             statics = self.bind_static(model.name, model.static, args, kwargs, {}, model.span, self.overrides)
         except _Bail:
             return None
+        inputs = dict(env)
         for k, v in statics.items():
             env[k] = Binding(static=v, kind="static")
         self.cur_stage = "model"
         out = self.body(model.body, sc, is_layer=False, where=model)
+        for other in self.prog.models.values():
+            if other is not model:
+                self.check_unselected(other, inputs)
         for name, layer in self.prog.layers.items():
             if name not in self.called_layers:
                 self.check_uncalled(layer)
@@ -799,6 +803,22 @@ class Lowerer:
         func.results = [out]
         self.funcs[func.name] = func
         return func
+
+    def check_unselected(self, model: ast.ModelDecl, inputs: dict) -> None:
+        """Check a model the train block does not select (its errors are the
+        program's), with symbolic static args where it has no default; what it
+        lowers is dropped."""
+        env = dict(inputs)
+        try:
+            for p in model.static:
+                val = self.static(p.default, env) if p.default is not None else sym(p.name)
+                env[p.name] = Binding(static=val, kind="static")
+        except _Bail:
+            return
+        saved = dict(self.funcs), dict(self.instances), dict(self.call_count)
+        self.body(model.body, _Scope(Func(f"check_{model.name}", [], [], []), env, in_layer=False), is_layer=False, where=model)
+        self.funcs, self.instances, self.call_count = saved
+        self.cur_stage = "model"
 
     def check_uncalled(self, layer: ast.LayerDecl) -> None:
         """Check a layer no model calls, with symbolic static args and inputs."""
