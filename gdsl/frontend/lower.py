@@ -23,6 +23,9 @@ from gdsl.passes.linearity import order_feasible
 from gdsl.ir.ops import BINARY, REDUCERS, TYPED_BY_ATTR, ShapeError, broadcast_mode, fmt_shape, infer, same_dim
 
 UNARY_FNS = ("relu", "elu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs")
+# every name `builtin` answers (a layer may not take one: it would hide the builtin)
+BUILTIN_FNS = UNARY_FNS + ("leaky_relu", "max", "min", "dot", "sum", "mean", "softmax", "log_softmax", "concat",
+                           "reshape", "dropout", "edge_softmax", "flatten")
 INITS = {"glorot": 0, "zeros": 0, "ones": 0, "normal": 1, "uniform": 1}
 MAX_UNROLL = 1000
 
@@ -217,6 +220,9 @@ class Lowerer:
                 pv = Value(Type("vertex"), name)
                 self.poison.add(pv)
                 env[name] = Binding(pv, kind="poison")
+        for name, layer in self.prog.layers.items():
+            if name in BUILTIN_FNS:
+                self.diags.error(layer.span, f"layer '{name}' has the name of a builtin function; rename the layer")
         cfg = self.prog.train
         if cfg is not None and cfg.model:
             model = self.prog.models[cfg.model]
@@ -462,8 +468,14 @@ class Lowerer:
             if init_args and init_args[0] < 0:   # normal(std), uniform(a): U(-a, a)
                 what = "std" if init == "normal" else "bound a of U(-a, a)"
                 self.error(e.args[0].span, f"{init}'s {what} must be >= 0, got {init_args[0]:g}")
-        if s.name in sc.env and sc.env[s.name].kind == "param":
+        prior = sc.env.get(s.name)
+        if prior is not None and prior.kind == "param":
             self.error(s.span, f"param '{s.name}' is declared twice")
+        if prior is not None and prior.kind in ("arg", "static"):
+            what = "tensor argument" if prior.kind == "arg" else "static argument"
+            # reported once; the argument keeps the name (no follow-on errors at its uses)
+            self.diags.error(s.span, f"param '{s.name}' has the name of the layer's {what} '{s.name}'; rename one")
+            return
         attrs = {"name": s.name, "init": init if not init_args else f"{init}({init_args[0]!r})",
                  "type": Type("param", "f32", shape)}
         v = self.emit(sc, "param", [], attrs, s.span, s.name)
