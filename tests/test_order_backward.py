@@ -65,6 +65,17 @@ def _run(src: str, g, backend="reference", **kw):
     return prog, out, grads, count.widths
 
 
+def _need(backend: str) -> None:
+    """Skip where the backend cannot run here."""
+    if backend == "triton":
+        pytest.importorskip("triton")
+        from gdsl.backends.triton import interpret_mode
+        if not (interpret_mode() or torch.cuda.is_available()):
+            pytest.skip("TRITON_INTERPRET=0 and no CUDA GPU")
+    else:
+        pytest.importorskip("numba")
+
+
 @pytest.fixture(scope="module")
 def graph():
     return random_graph(n=40, e=200, f=12, c=3, seed=2)
@@ -121,13 +132,7 @@ def test_sage_with_a_sparse_first_backward_is_exact(graph):
 
 @pytest.mark.parametrize("backend", ["numba", "triton"])
 def test_backends_follow_the_chosen_backward(graph, base, backend):
-    if backend == "triton":
-        pytest.importorskip("triton")
-        from gdsl.backends.triton import interpret_mode
-        if not (interpret_mode() or torch.cuda.is_available()):
-            pytest.skip("TRITON_INTERPRET=0 and no CUDA GPU")
-    else:
-        pytest.importorskip("numba")
+    _need(backend)
     cfg = configurations(2, memoize=(False,))[9]   # layer 1 S/S, layer 2 D/D (forward/backward)
     _, out, grads, _ = _run(GCN + _hints(cfg), graph, backend=backend, hidden=7)
     # neither is autograd's own order: both ran as linear.py's Function on the
@@ -217,13 +222,7 @@ def test_a_factor_on_the_matmul_result_keeps_every_order_exact(graph, reduce, fa
 
 @pytest.mark.parametrize("backend", ["numba", "triton"])
 def test_backends_run_a_scaled_dense_first_backward(graph, backend):
-    if backend == "triton":
-        pytest.importorskip("triton")
-        from gdsl.backends.triton import interpret_mode
-        if not (interpret_mode() or torch.cuda.is_available()):
-            pytest.skip("TRITON_INTERPRET=0 and no CUDA GPU")
-    else:
-        pytest.importorskip("numba")
+    _need(backend)
     _, out0, grads0, _ = _run(_scaled("mean", "s * 2", None), graph)
     _, out, grads, _ = _run(_scaled("mean", "s * 2", ORDERS[0]), graph, backend=backend)
     torch.testing.assert_close(out, out0, rtol=1e-4, atol=1e-5)
