@@ -103,9 +103,20 @@ def test_bce_with_more_than_two_classes_is_refused(tmp_path, capsys):
 
 def test_a_float_dimension_says_it_is_a_float(tmp_path, capsys):
     rc, _, err = run(capsys, "compile", str(PROGRAMS / "gcn.gd"), "--set", "hidden=16.0")
-    assert rc == 1 and "dimension must be a positive integer, got 16.0 (a float; write 16)" in err
+    gcn = PROGRAMS / "gcn.gd"
+    assert rc == 1 and err.count("error:") == 1, err    # once, at the call (was: at each param line using it)
+    assert (f"{gcn}:20:14: error: GCNConv's static argument 'dout' is used as a dimension and must be a positive "
+            "integer, got 16.0 (a float; write 16)") in err
+    assert f"{gcn}:8:24: note: 'dout' used as a dimension" in err
+    # a layer no model calls is checked with its defaults: reported where the dim is
+    src = gcn.read_text().replace("layer GCNConv[dout]", "layer Unused[dout = 2.5](h: [din]) -> [dout] {\n"
+                                  "    param W : f32[din, dout] = glorot\n    transform t = h @ W\n    return t\n}\n"
+                                  "layer GCNConv[dout]")
+    (tmp_path / "u.gd").write_text(src)
+    rc, _, err = run(capsys, "compile", str(tmp_path / "u.gd"))
+    assert rc == 1 and f"{tmp_path / 'u.gd'}:8:24: error: dimension must be a positive integer, got 2.5" in err, err
     rc, _, err = run(capsys, "compile", str(PROGRAMS / "gcn.gd"), "--set", "hidden=inf")
-    assert rc == 1 and "dimension must be a positive integer, got inf" in err
+    assert rc == 1 and "is used as a dimension and must be a positive integer, got inf" in err
 
 
 def test_a_shape_too_large_for_memory_is_a_user_error(capsys):

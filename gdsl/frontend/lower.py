@@ -77,6 +77,8 @@ class Lowerer:
         self.funcs: dict[str, Func] = {}
         self.call_count: dict[str, int] = {}
         self.called_layers: set[str] = set()
+        # (layer, call span, its static arg names) of the layer calls being lowered
+        self.call_sites: list[tuple[str, Span, set]] = []
         self.cur_stage = "model"
         self.unrolled = 0   # repeat iterations unrolled so far (capped at MAX_UNROLL in all)
         # Feature shapes in terms of a layer's own static args and dims
@@ -203,8 +205,15 @@ class Lowerer:
             v = self.static(d, env, symbolic=symbolic)
             if v.is_number and (not v.is_Integer or v <= 0):
                 whole = v.is_finite and float(v).is_integer()   # 16.0: a float with a whole value
-                self.error(d.span, f"dimension must be a positive integer, got {_fmt(v)}"
-                           + (f" (a float; write {int(v)})" if whole and v > 0 else ""))
+                hint = f" (a float; write {int(v)})" if whole and v > 0 else ""
+                site = self.call_sites[-1] if self.call_sites else None
+                if site is not None and isinstance(d, ast.Name) and d.id in site[2]:
+                    # a static argument of the call being lowered: reported once, at the call
+                    self.diags.error(site[1], f"{site[0]}'s static argument '{d.id}' is used as a dimension and "
+                                     f"must be a positive integer, got {_fmt(v)}{hint}",
+                                     (self.diags.note(d.span, f"'{d.id}' used as a dimension"),))
+                    raise _Bail()
+                self.error(d.span, f"dimension must be a positive integer, got {_fmt(v)}{hint}")
             out.append(sympy.Integer(int(v)) if v.is_number else v)
         return tuple(out)
 
@@ -760,7 +769,11 @@ class Lowerer:
         self.called_layers.add(name)  # a call that failed before here leaves the layer to check_uncalled
         func = self.instances.get(key)
         if func is None:
-            func = self.lower_layer(layer, statics, env, [v.type for v in values])
+            self.call_sites.append((name, e.span, set(statics)))
+            try:
+                func = self.lower_layer(layer, statics, env, [v.type for v in values])
+            finally:
+                self.call_sites.pop()
             self.instances[key] = func
         k = self.call_count.get(name, 0) + 1
         self.call_count[name] = k
