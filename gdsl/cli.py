@@ -8,12 +8,15 @@ re-raises it with the Python traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
 import warnings
 from pathlib import Path
 
 from gdsl.diagnostics import CompileError, GdslError, render_all
+from gdsl.runtime.signals import Terminated, stop_on_signals
 
 STAGES = ("ast", "ir", "ir-opt")
 
@@ -382,8 +385,10 @@ def cmd_run(args, parser) -> int:
         progress = Progress(epochs, every=args.log_every)
         result = train(prog, graph, backend=args.backend, epochs=epochs, seed=args.seed, on_epoch=progress)
     f = result.final
-    if result.interrupted:
-        print("\ngdsl: interrupted", file=sys.stderr)
+    sig = result.signal if result.interrupted else None
+    if sig is not None:
+        what = "interrupted" if sig == signal.SIGINT else f"terminated ({signal.Signals(sig).name})"
+        print(f"\ngdsl: {what} after {len(result.epochs)} epoch{'s' if len(result.epochs) != 1 else ''}", file=sys.stderr)
     if f:
         accs = "  ".join(f"{k} {v:.4f}" for k, v in f.items() if k.endswith("_acc") and "/" not in k)
         print(f"final (epoch {f['epoch']}): loss {f['loss']:.4f}  {accs}  mean epoch {f['mean_epoch_time'] * 1000:.1f} ms")
@@ -394,7 +399,7 @@ def cmd_run(args, parser) -> int:
         write_json(args.json, result.to_json(program=args.program, data=str(data), backend=args.backend,
                                              seed=args.seed, train=cfg.name, model=cfg.model))
         print(f"wrote {args.json}", file=sys.stderr)
-    return 130 if result.interrupted else 0
+    return 128 + int(sig) if sig is not None else 0
 
 
 def cmd_partition(args, parser) -> int:
@@ -428,6 +433,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     debug = os.environ.get("GDSL_DEBUG") == "1"
+    # `gdsl run`: SIGTERM / SIGHUP stop it as Ctrl-C does (the trainer keeps what it
+    # trained; --json is written); a rank under mpiexec has its own handling (gdsl/dist)
+    from gdsl.dist.launch import under_launcher
+
+    stopping = stop_on_signals() if args.cmd == "run" and not under_launcher() else contextlib.nullcontext()
+    with stopping:
+        return _dispatch(args, parser, debug)
+
+
+def _dispatch(args, parser, debug: bool) -> int:
     try:
         if args.cmd == "passes":
             return cmd_passes(args)
@@ -470,6 +485,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("gdsl: interrupted", file=sys.stderr)
         return 130
+    except Terminated as e:   # before or after training (the trainer handles it during)
+        print(f"gdsl: terminated ({e.name})", file=sys.stderr)
+        return 128 + e.signum
     except BrokenPipeError:  # `gdsl ... | head`: the reader left; not an error of ours
         try:
             sys.stdout = open(os.devnull, "w")

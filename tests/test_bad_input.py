@@ -273,3 +273,35 @@ def test_models_the_train_block_does_not_select_are_checked(tmp_path, capsys):
     rc, out_q, _ = run(capsys, "compile", str(q), "--emit", "ir")
     rc0, out_0, _ = run(capsys, "compile", str(PROGRAMS / "gcn.gd"), "--emit", "ir")
     assert rc == rc0 == 0 and out_q == out_0
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGHUP"])
+def test_a_terminated_run_keeps_what_it_trained(tmp_path, sig):
+    """`timeout`, a scheduler or a closed terminal stops `gdsl run` as Ctrl-C
+    does: the summary and --json of the epochs done, exit 128 + signal (the
+    process used to die silently and write nothing)."""
+    import signal
+    import subprocess
+    import sys
+    out = tmp_path / "run.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "gdsl", "run", str(PROGRAMS / "gcn.gd"), "--backend", "reference",
+                             "--epochs", "100000", "--log-every", "1", "--json", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        import time
+        start = time.monotonic()
+        for line in proc.stderr:          # training has started (a line per epoch)
+            if line.split()[:2] == ["epoch", "2/100000"] or time.monotonic() - start > 120:
+                break
+        proc.send_signal(getattr(signal, sig))
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    num = getattr(signal, sig)
+    assert proc.returncode == 128 + num, stderr
+    assert f"gdsl: terminated ({sig}) after" in stderr and "Traceback" not in stderr
+    assert "final (epoch" in stdout
+    import json
+    data = json.loads(out.read_text())
+    assert data["interrupted"] is True and len(data["epochs"]) >= 2

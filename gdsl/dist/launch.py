@@ -19,7 +19,6 @@ without that (SIGKILL) stops itself (gdsl/dist/worker.py, `watch_launcher`).
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -35,6 +34,7 @@ from pathlib import Path
 
 from gdsl.diagnostics import GdslError
 from gdsl.dist.errors import format_reports, read_reports
+from gdsl.runtime.signals import Terminated, stop_on_signals  # noqa: F401 (used by cli_run)
 
 # set by MPICH/Intel MPI (PMI_*), Open MPI (OMPI_*), PMIx, Slurm's srun
 _LAUNCHER_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MPI_LOCALRANKID")
@@ -69,49 +69,6 @@ _NOISE = re.compile(r"^(=+|\s*$|.*BAD TERMINATION.*|.*CLEANING UP REMAINING PROC
                     r".*Abort\(\d+\) on node.*|YOUR APPLICATION TERMINATED WITH THE EXIT STRING.*|"
                     r"This typically refers to a problem with your application.*|"
                     r"Please see the FAQ page for debugging suggestions.*)")
-
-
-class Terminated(BaseException):
-    """SIGTERM or SIGHUP to `gdsl run --np P` (what `timeout` and a closed
-    terminal send), raised in the main thread as SIGINT raises
-    KeyboardInterrupt; a BaseException, so no `except Exception` keeps it."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-    @property
-    def name(self) -> str:
-        return signal.Signals(self.signum).name
-
-
-@contextlib.contextmanager
-def stop_on_signals():
-    """While the launcher runs: SIGTERM and SIGHUP raise `Terminated`, SIGINT
-    KeyboardInterrupt; only the first signal does, later ones are ignored
-    while the ranks are stopped and the temporary files removed."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    fired = []
-
-    def handler(signum, frame):
-        if fired:
-            return
-        fired.append(signum)
-        raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
-
-    sigs = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
-    old = {}
-    for sig in sigs:
-        if signal.getsignal(sig) == signal.SIG_IGN:
-            continue   # nohup's SIGHUP, a background job's SIGINT: stay ignored
-        old[sig] = signal.signal(sig, handler)
-    try:
-        yield
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
 
 
 def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | None = None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
 import time
 import warnings
@@ -16,6 +17,7 @@ import torch
 from gdsl.diagnostics import GdslError
 from gdsl.graph.graph import Graph
 from gdsl.runtime.binding import check_masks
+from gdsl.runtime.signals import Terminated
 
 
 @dataclass
@@ -31,6 +33,7 @@ class TrainResult:
     epochs: list[EpochStats] = field(default_factory=list)
     final: dict[str, float] = field(default_factory=dict)
     interrupted: bool = False
+    signal: int | None = None   # what stopped it: SIGINT, SIGTERM, SIGHUP
 
     def to_json(self, **meta) -> dict:
         return {**meta, "interrupted": self.interrupted,
@@ -128,8 +131,9 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
             result.epochs.append(stats)
             if on_epoch:
                 on_epoch(stats)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, Terminated) as e:   # Ctrl-C, SIGTERM, SIGHUP: keep what was trained
         result.interrupted = True
+        result.signal = e.signum if isinstance(e, Terminated) else signal.SIGINT
     if result.epochs:
         last = result.epochs[-1]
         result.final = {"epoch": last.epoch, "loss": last.loss, **last.metrics,
