@@ -414,3 +414,40 @@ def test_more_ranks_than_vertices_from_the_command_line(tmp_path):
     assert "Traceback" not in r.stderr and "error" not in r.stderr
     want, got = ([e["loss"] for e in json.loads(f.read_text())["epochs"]] for f in (one, many))
     assert got == pytest.approx(want, rel=1e-5) and want[0] > 0
+
+
+P3_FIRST = """graph G
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train
+layer L[dout](h: [din]) -> [dout] {{
+    param W : f32[din, dout] = glorot
+    scatter m = {msg}
+    gather a = {gather}
+    transform t = a @ W
+    return t
+}}
+model M {{ return L[C](relu(L[8](X))) }}
+train t {{ model = M; loss = cross_entropy(Y, mask = train); epochs = 3 }}
+"""
+
+
+@pytest.mark.parametrize("msg,gather", [("src.h", "max(m)"), ("dst.h", "sum(m, to = src)"), ("src.h", "mean(m)")],
+                         ids=["max", "to-src", "mean"])
+def test_features_plan_first_layer_with_any_aggregation(tmp_path, msg, gather):
+    """P3's first layer aggregates the whole graph on every rank (its feature
+    columns): max/min and `to = src` crashed there (the rank-local gather and
+    the backend's rank-local kernels were used on the whole graph)."""
+    prog = tmp_path / "p.gd"
+    prog.write_text(P3_FIRST.format(msg=msg, gather=gather))
+    data = str(_small_npz(tmp_path / "g.npz"))
+    one = tmp_path / "one.json"
+    r = gdsl("run", str(prog), "--data", data, "--backend", "reference", "--json", str(one))
+    assert r.returncode == 0, r.stderr
+    want = [e["loss"] for e in json.loads(one.read_text())["epochs"]]
+    for backend in ("reference", "numba"):
+        out = tmp_path / f"{backend}.json"
+        r = gdsl("run", str(prog), "--data", data, "--np", "2", "--partition", "features", "--backend", backend,
+                 "--json", str(out))
+        assert r.returncode == 0, (backend, r.stderr)
+        assert [e["loss"] for e in json.loads(out.read_text())["epochs"]] == pytest.approx(want, rel=1e-4), backend

@@ -456,8 +456,7 @@ class DistModule(ReferenceModule):
         if n == "matmul":
             lo, hi = self.feature_cols
             return torch.tensordot(vals[0], vals[1][lo:hi], dims=1)
-        if self.kernels is not None and self.kernels.takes(op):
-            return self._on_kernel(op, vals)
+        # the backend's kernels are built on this rank's local graph, not the whole one: torch here
         if n == "aggregate" and op in self._spmm:
             h = vals[0]
             with warnings.catch_warnings():
@@ -466,9 +465,11 @@ class DistModule(ReferenceModule):
         if n == "input":
             return self.graph.features if x is None else x
         saved = self._swap(self.full)
+        self._plain_gather = True   # the whole graph on this rank (P3's columns): nothing to complete
         try:
             return ReferenceModule.run_op(self, op, vals, x)
         finally:
+            self._plain_gather = False
             self._swap(saved)
 
     def _swap(self, gd: GraphData) -> GraphData:
