@@ -85,7 +85,8 @@ def test_a_failing_rank_stops_every_rank_quickly(tmp_path, how):
     assert r.returncode == 1
     assert took < 60  # start-up included; the stop itself is immediate
     if how == "raise":
-        assert "gdsl: error: rank 1: RuntimeError: injected failure at epoch 3" in r.stderr
+        assert "gdsl: error: rank 1: internal error: RuntimeError: injected failure at epoch 3" in r.stderr
+        assert "(this is a bug in gdsl; rerun with GDSL_DEBUG=1 for the traceback)" in r.stderr
     else:
         assert "rank 1 died (signal 9 (Killed)); all 2 ranks were stopped" in r.stderr
     assert "BAD TERMINATION" not in r.stdout + r.stderr

@@ -28,7 +28,16 @@ def _message(e: BaseException) -> str:
         return "interrupted"
     if isinstance(e, MemoryError):
         return "out of memory"
-    return f"{type(e).__name__}: {e}"
+    if isinstance(e, RuntimeError):
+        from gdsl.cli import _out_of_memory
+        oom = _out_of_memory(e)
+        if oom is not None:
+            return f"out of memory: {oom}"
+    if type(e).__module__.startswith("mpi4py"):
+        return f"MPI error: {e}"
+    # anything else is ours, as the single-process boundary (gdsl/cli.py) says
+    return (f"internal error: {type(e).__name__}: {e} "
+            "(this is a bug in gdsl; rerun with GDSL_DEBUG=1 for the traceback)")
 
 
 def run(args: dict) -> int:
