@@ -127,9 +127,7 @@ class Order:
 
     @staticmethod
     def by_width(t: Op) -> tuple[str, str]:
-        x, w = t.operands
-        f_in = sympy.Mul(*x.type.shape)
-        f_out = sympy.Mul(*w.type.shape[1:]) if len(w.type.shape) > 1 else sympy.Integer(1)
+        f_in, f_out = _widths(t)
         if not (f_in.is_number and f_out.is_number):
             return "sparse_first", "undecided"
         return ("dense_first" if f_out < f_in else "sparse_first"), "width"
@@ -145,9 +143,7 @@ class Order:
         if bwd != "auto":
             m = (memo == "true") if memo != "auto" else (fwd == "sparse_first" and bwd == "dense_first")
             return bwd, m, "hint"
-        x, w = t.operands
-        a = sympy.Mul(*x.type.shape)
-        b = sympy.Mul(*w.type.shape[1:]) if len(w.type.shape) > 1 else sympy.Integer(1)
+        a, b = _widths(t)
         natural = ("dense_first", True) if fwd == "sparse_first" else ("sparse_first", False)
         if not (a.is_number and b.is_number):
             return natural[0], natural[1], "undecided"
@@ -173,6 +169,15 @@ class Order:
         out_agg = Op("aggregate", [y, *agg.operands[1:]], mid, attrs, agg.span)
         out_scale = Op("mul", [mid, scale.operands[1]], t.result, {**scale.attrs, **_partial(t)}, scale.span)
         return [mm, out_agg, out_scale]
+
+
+def _widths(t: Op) -> tuple[sympy.Expr, sympy.Expr]:
+    """The aggregated widths of the form ending in `t = x @ W`: x's features
+    (f_in) and the result's (f_out); leading axes of x ([k, din] @ [din, dout])
+    count in both."""
+    x, w = t.operands
+    lead = sympy.Mul(*x.type.shape[:-1])
+    return sympy.Mul(*x.type.shape), lead * sympy.Mul(*w.type.shape[1:])
 
 
 def _partial(t: Op) -> dict:

@@ -24,12 +24,12 @@ features') is not computed.
 """
 from __future__ import annotations
 
+import math
 import warnings
 from collections import deque
 
 import torch
 
-from gdsl.diagnostics import GdslError
 from gdsl.ir.core import Op, Value
 from gdsl.passes.order import LinearGroup
 
@@ -83,22 +83,28 @@ class LinearRunner:
 
 
 class OrderedLinear(torch.autograd.Function):
-    """Y = A X W with the group's forward and backward orders (module docstring)."""
+    """Y = A X W with the group's forward and backward orders (module docstring).
+
+    X may have leading feature axes ([rows, k.., din], `x @ W` contracting the
+    last): A acts on each row's k * din values, W on each of its k vectors, so
+    the products below run on [rows, k * width] for A and [rows * k, width]
+    for W."""
 
     @staticmethod
     def forward(ctx, x, w, runner: LinearRunner):
         g = runner.g
         n, din = x.shape[0], w.shape[0]
-        w2 = w.reshape(din, -1)
+        k, dout = math.prod(x.shape[1:-1]), math.prod(w.shape[1:])
+        w2 = w.reshape(din, dout)
         t = None
         if g.fwd == "sparse_first":
-            t = runner.apply(x.reshape(n, din), False)
-            y = t @ w2
+            t = runner.apply(x.reshape(n, k * din), False)
+            y = (t.reshape(-1, din) @ w2).reshape(t.shape[0], k * dout)
         else:
-            y = runner.apply(x.reshape(n, din) @ w2, False)
+            y = runner.apply((x.reshape(n * k, din) @ w2).reshape(n, k * dout), False)
         ctx.runner = runner
         ctx.save_for_backward(x, w, t if (g.memo and t is not None) else None)
-        return y.reshape((y.shape[0],) + tuple(w.shape[1:]))
+        return y.reshape((y.shape[0],) + tuple(x.shape[1:-1]) + tuple(w.shape[1:]))
 
     @staticmethod
     def backward(ctx, grad):
@@ -106,24 +112,27 @@ class OrderedLinear(torch.autograd.Function):
         runner = ctx.runner
         g = runner.g
         n, din = x.shape[0], w.shape[0]
-        x2, w2 = x.reshape(n, din), w.reshape(din, -1)
-        g2 = grad.reshape(grad.shape[0], w2.shape[1])   # not -1: a rank may hold no rows
+        k, dout = math.prod(x.shape[1:-1]), math.prod(w.shape[1:])
+        x2, w2 = x.reshape(n * k, din), w.reshape(din, dout)
+        rows = grad.shape[0]
+        g2 = grad.reshape(rows, k * dout)   # explicit widths, not -1: a rank may hold no rows
         need_x, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        by_vec = lambda m, width: m.reshape(m.shape[0] * k, width)  # noqa: E731 - [r, k*w] -> [r*k, w]
         dx = dw = None
         if g.bwd == "sparse_first":
-            s = runner.apply(g2, True)
-            dx = s @ w2.t() if need_x else None
-            dw = x2.t() @ s if need_w else None
+            s = runner.apply(g2, True)                                  # A^T G: [n, k * dout]
+            dx = by_vec(s, dout) @ w2.t() if need_x else None
+            dw = x2.t() @ by_vec(s, dout) if need_w else None
         else:
             if need_x:
-                dx = runner.apply(g2 @ w2.t(), True)
+                dx = runner.apply((by_vec(g2, dout) @ w2.t()).reshape(rows, k * din), True)
             if need_w:
                 if t is not None:
-                    dw = t.t() @ g2
-                elif din <= w2.shape[1]:
-                    dw = runner.apply(x2, False).t() @ g2
+                    dw = by_vec(t, din).t() @ by_vec(g2, dout)
+                elif din <= dout:
+                    dw = by_vec(runner.apply(x.reshape(n, k * din), False), din).t() @ by_vec(g2, dout)
                 else:
-                    dw = x2.t() @ runner.apply(g2, True)
+                    dw = x2.t() @ by_vec(runner.apply(g2, True), dout)
         return (None if dx is None else dx.reshape(x.shape)), (None if dw is None else dw.reshape(w.shape)), None
 
 
@@ -137,9 +146,6 @@ def plan_linear(module, ir) -> tuple[dict[Op, LinearRunner], set[Op]]:
     for g in linear_groups(ir):
         if g.natural:
             continue
-        if len(g.x.type.shape) != 1:
-            raise GdslError(f"{g.agg.span}: backward order {g.bwd} is implemented for a [din] input; "
-                            f"this aggregation's input is {list(g.x.type.shape)}")
         anchors[g.ops[-1]] = LinearRunner(module, g)
         skip.update(g.ops[:-1])
     return anchors, skip
