@@ -89,3 +89,11 @@ def test_bce_accuracy_uses_the_sign_of_one_logit():
 
     out = torch.tensor([[2.0], [-1.0], [0.5]])
     assert accuracy(out, torch.tensor([1, 0, 0]), None) == pytest.approx(2 / 3)
+
+
+def test_dense_first_on_a_message_of_the_other_endpoint_says_why(tmp_path):
+    src = (ROOT / "programs" / "gcn.gd").read_text().replace(
+        "scatter   m = src.h * rsqrt(src.degree * dst.degree)", "scatter   m = src.h - dst.h")
+    err = _compile_err(tmp_path, src + "schedule {\n    order GCNConv#1 = dense_first\n}\n")
+    assert ("order dense_first cannot hold for GCNConv#1: its aggregation is not linear: the message reads dst.h; "
+            "an aggregation into dst is linear in src.x reads only") in err

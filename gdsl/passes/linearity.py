@@ -55,6 +55,10 @@ def _linear_message(v: Value, const: set[Value], side: str) -> tuple[bool, str]:
         return (la and lb), ra or rb
     if op.name == "neg":
         return _linear_message(op.operands[0], const, side)
+    if op.name in ("src", "dst"):   # the other endpoint: not the rows this aggregation moves
+        name = op.operands[0].hint or "a tensor"
+        into = "dst" if side == "src" else "src"
+        return False, f"the message reads {op.name}.{name}; an aggregation into {into} is linear in {side}.x reads only"
     return False, f"the message applies '{op.name}'"
 
 
