@@ -135,6 +135,8 @@ def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | N
         if reports:
             for line in format_reports(reports, P):
                 print(line, file=sys.stderr)
+            if any(msg.startswith("internal error:") for msg, _, _ in reports.values()):
+                return 3   # as the single-process boundary (gdsl/cli.py): a bug of ours, not the user's
         elif not printed_error:
             who = killed[0] if killed and killed[0].isdigit() else "a rank"
             why = next((k for k in killed if k.startswith("signal")), f"exit code {rc}")
