@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import importlib.util
+import numbers
+import os
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +78,8 @@ class Program:
 
     def bind(self, graph: Graph) -> Compiled:
         """Compile again with the dims bound from `graph` (concrete shapes)."""
+        if not isinstance(graph, Graph):
+            raise TypeError(f"bind() takes a gdsl.Graph, got {type(graph).__name__}")
         dims = bind_dims(self.checked, graph)
         return compile_source(self.source, self.file, dims=dims, overrides=self.overrides, train=self.train_name)
 
@@ -83,7 +87,10 @@ class Program:
         """The program bound to `graph` as a `torch.nn.Module` on `backend`
         (default: triton when the schedule says `target = gpu`, else numba,
         or reference where the numba package is not installed)."""
-        backend = backend or self.default_backend
+        if not isinstance(graph, Graph):
+            raise TypeError(f"module() takes a gdsl.Graph (gdsl.load_graph, Graph.from_edges, from_pyg, from_dgl), "
+                            f"got {type(graph).__name__}")
+        backend = self.default_backend if backend is None else backend
         if backend not in BACKENDS:
             raise GdslError(f"unknown backend '{backend}' (available: {', '.join(BACKENDS)})")
         bound = self.bind(graph)
@@ -105,9 +112,32 @@ class Program:
         return m
 
 
-def compile(program: str | Path, *, train: str | None = None, **overrides: Any) -> Program:  # noqa: A001
+def _override(name: str, value: Any) -> int | float:
+    """A static-argument override as a number: int or float (numpy and 0-d
+    torch scalars too). Anything else is refused: a string is never
+    evaluated (sympy would run it as Python)."""
+    if hasattr(value, "numel") and hasattr(value, "item") and value.numel() == 1:   # a torch/numpy scalar
+        value = value.item()
+    elif hasattr(value, "item") and getattr(value, "shape", None) == ():
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, numbers.Real)):
+        raise TypeError(f"static override {name}={value!r}: a number (int or float) is needed, "
+                        f"got {type(value).__name__}")
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
+
+def compile(program: str | os.PathLike, *, train: str | None = None, **overrides: Any) -> Program:  # noqa: A001
     """Compile a .gd file (a path) or gdsl source text."""
-    text = str(program)
-    if isinstance(program, Path) or ("\n" not in text and (text.endswith(".gd") or Path(text).exists())):
+    if not isinstance(program, (str, os.PathLike)):
+        raise TypeError(f"gdsl.compile takes source text (str) or a path (str or os.PathLike), "
+                        f"got {type(program).__name__}")
+    if train is not None and not isinstance(train, str):
+        raise TypeError(f"train: the name of a train block (str), got {type(train).__name__}")
+    overrides = {k: _override(k, v) for k, v in overrides.items()}
+    text = os.fspath(program)
+    if isinstance(text, bytes):
+        raise TypeError("gdsl.compile takes source text (str) or a path; got a bytes path (decode it first)")
+    is_path = text != "" and "\n" not in text and (text.endswith(".gd") or Path(text).exists())
+    if isinstance(program, os.PathLike) or is_path:
         return Program(read_source(text), text, train, **overrides)
     return Program(text, "<input>", train, **overrides)

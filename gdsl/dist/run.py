@@ -304,7 +304,7 @@ def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, histo
                identity: dict | None = None) -> list[dict]:
     """Full-batch training of one rank's model; returns the per-epoch records
     (global loss and accuracies; with `traffic`, bytes per collective)."""
-    from gdsl.runtime.trainer import make_optimizer, optimizer_step
+    from gdsl.runtime.trainer import make_optimizer, nonfinite_loss, optimizer_step
     opt = opt or make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
     evals = [m for _, m in cfg.eval]
     loss_mask = cfg.loss.mask if cfg.loss else None
@@ -333,7 +333,7 @@ def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, histo
         loss_value = comm.allreduce_scalars([float(loss.detach())])[0]
         if not math.isfinite(loss_value):
             # the global loss: every rank stops here alike
-            raise AllRanksError(f"epoch {epoch}: the loss is {loss_value}; training diverged (try a smaller lr)")
+            raise AllRanksError(nonfinite_loss(epoch, loss_value))
         model.eval()
         with torch.no_grad(), _alike():
             out = model()

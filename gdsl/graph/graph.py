@@ -7,6 +7,7 @@ tensors are torch tensors: `src`, `dst` int64 [E]; `features` float32
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,6 +70,13 @@ class Graph:
         feats = None if features is None else _as_tensor(features, torch.float32, "features")
         if num_nodes is None:
             num_nodes = feats.shape[0] if feats is not None else int(max(src_t.max(), dst_t.max()) + 1) if src_t.numel() else 0
+        elif isinstance(num_nodes, bool) or not isinstance(num_nodes, numbers.Integral) or num_nodes < 0:
+            raise GdslError(f"{where}: num_nodes must be an integer >= 0, got {num_nodes!r}")
+        for what, d in (("masks", masks), ("edata", edata)):
+            if d is not None and not isinstance(d, dict):
+                raise GdslError(f"{where}: {what} must be a dict of name -> tensor, got {type(d).__name__}")
+            if d is not None and any(not isinstance(k, str) for k in d):
+                raise GdslError(f"{where}: the names in {what} must be strings, got {[k for k in d if not isinstance(k, str)]}")
         all_masks = dict(masks or {})
         for k, v in (("train", train_mask), ("val", val_mask), ("test", test_mask)):
             if v is not None:
@@ -93,7 +101,10 @@ class Graph:
     @classmethod
     def from_pyg(cls, data) -> "Graph":
         """Convert a `torch_geometric.data.Data` (edge_index row 0 = source)."""
-        ei = data.edge_index
+        ei = getattr(data, "edge_index", None)
+        if ei is None or getattr(ei, "dim", lambda: 0)() != 2 or ei.shape[0] != 2:
+            got = "none" if ei is None else f"shape {list(getattr(ei, 'shape', []))}"
+            raise GdslError(f"pyg data: edge_index must be a [2, E] tensor (row 0 = source), got {got}")
         masks = {k: getattr(data, f"{k}_mask") for k in ("train", "val", "test") if getattr(data, f"{k}_mask", None) is not None}
         edata = {}
         if getattr(data, "edge_weight", None) is not None:

@@ -28,6 +28,9 @@ def bind_dims(prog: CheckedProgram, graph: Graph) -> dict[str, int]:
                     raise GdslError(f"{graph.source or graph.name}: input '{name}' is declared label[{declared.value}], "
                                     f"but the data has labels up to {graph.num_classes - 1}")
                 continue
+            if graph.num_classes == 0:   # not a dim of 0 further on, reported as the program's
+                raise GdslError(f"{graph.source or graph.name}: the program's input '{name}' needs labels, but the "
+                                f"graph has {graph.num_nodes} vertices and no label")
             _bind(dims, declared, graph.num_classes, name, graph)
             continue
         if d.domain == "vertex":
@@ -49,7 +52,10 @@ def bind_dims(prog: CheckedProgram, graph: Graph) -> dict[str, int]:
         if len(shape) != data.dim() - 1:
             raise GdslError(f"{graph.source or graph.name}: input '{name}' is declared with {len(shape)} feature axes, "
                             f"the data has shape {list(data.shape)}")
-        for dexpr, size in zip(shape, data.shape[1:]):
+        for axis, (dexpr, size) in enumerate(zip(shape, data.shape[1:]), 1):
+            if int(size) == 0:
+                raise GdslError(f"{graph.source or graph.name}: input '{name}' has an empty feature axis (its data "
+                                f"has shape {list(data.shape)}; axis {axis} is 0)")
             _bind(dims, dexpr, int(size), name, graph)
     return dims
 

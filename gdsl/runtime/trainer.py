@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
 import signal
 import sys
@@ -39,6 +40,15 @@ class TrainResult:
         return {**meta, "interrupted": self.interrupted,
                 "epochs": [{"epoch": e.epoch, "loss": e.loss, **e.metrics, "time": e.time} for e in self.epochs],
                 "final": self.final}
+
+
+def nonfinite_loss(epoch: int, loss_value: float) -> str:
+    """The message for a NaN/inf loss: before the first step the weights are
+    the initial ones, so the cause is the data or the program, not the lr."""
+    if epoch == 1:
+        return (f"epoch 1: the loss is {loss_value} before any optimizer step: the data or the program give "
+                "non-finite values (features too large for float32, negative edge weights under a sqrt or log, ...)")
+    return f"epoch {epoch}: the loss is {loss_value}; training diverged (try a smaller lr)"
 
 
 def make_optimizer(name: str, args: dict[str, float], params) -> torch.optim.Optimizer:
@@ -89,6 +99,18 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
     with `batch_size`/`fanout` is trained full-batch with a warning (mini-batch
     training is a later issue).
     """
+    from gdsl.api import Program
+    if not isinstance(program, Program):
+        raise TypeError(f"train() takes a gdsl.Program (gdsl.compile(...)), got {type(program).__name__}")
+    if not isinstance(graph, Graph):
+        raise TypeError(f"train() takes a gdsl.Graph, got {type(graph).__name__}")
+    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, numbers.Integral) or epochs < 1):
+        raise GdslError(f"epochs must be an integer >= 1, got {epochs!r}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or not 0 <= seed < 2 ** 63:
+        raise GdslError(f"seed must be an integer in [0, 2**63), got {seed!r}")
+    epochs, seed = (None if epochs is None else int(epochs)), int(seed)
+    if on_epoch is not None and not callable(on_epoch):
+        raise TypeError(f"on_epoch must be callable, got {type(on_epoch).__name__}")
     cfg = program.train
     if cfg is None:
         raise GdslError(f"{program.file}: the program has no train block")
@@ -120,7 +142,7 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
             loss = model.loss(out)
             loss_value = float(loss.detach())
             if not math.isfinite(loss_value):
-                raise GdslError(f"epoch {epoch}: the loss is {loss_value}; training diverged (try a smaller lr)")
+                raise GdslError(nonfinite_loss(epoch, loss_value))
             loss.backward()
             optimizer_step(opt, epoch)
             model.eval()

@@ -17,6 +17,7 @@ from torch import nn
 
 from gdsl.backends.reference.graphdata import GraphData
 from gdsl.backends.reference.linear import plan_linear, run_linear
+from gdsl.diagnostics import GdslError
 from gdsl.graph.graph import Graph
 from gdsl.ir.core import Module, Op, Type, Value
 from gdsl.ir.ops import broadcast_mode
@@ -78,6 +79,24 @@ def _align_pair(xa, ta: Type, xb, tb: Type, mode: str | None):
     rank = max(len(ta.shape), len(tb.shape))
     lead = mode != "trail"
     return _align(xa, ta, rank, lead), _align(xb, tb, rank, lead)
+
+
+def check_features(x, rows: int, shape) -> torch.Tensor:
+    """The features a caller passes to the module (`model(x)`): a tensor of the
+    graph's rows and the declared feature shape; float32, as the params (an
+    integer or bool tensor is converted; another float dtype is refused, as
+    torch's own layers do)."""
+    want = [rows] + [int(d) for d in shape]
+    if not isinstance(x, torch.Tensor):
+        raise GdslError(f"the model's input must be a torch.Tensor of shape {want}, got {type(x).__name__}")
+    if list(x.shape) != want:
+        raise GdslError(f"the model's input must have shape {want} (the graph's {rows} vertices x the declared "
+                        f"features), got {list(x.shape)}")
+    if x.dtype.is_floating_point or x.dtype.is_complex:
+        if x.dtype != torch.float32:
+            raise GdslError(f"the model's input must be float32 (the params' dtype), got {x.dtype}; use x.float()")
+        return x
+    return x.to(torch.float32)
 
 
 class ReferenceModule(nn.Module):
@@ -175,7 +194,7 @@ class ReferenceModule(nn.Module):
             v = self.gd.edge_env[name]
             return v
         if name == self.feature_input:
-            return g.features if x is None else x
+            return g.features if x is None else check_features(x, g.num_nodes, t.shape)
         if name not in g.ndata:
             raise KeyError(f"the graph has no vertex data '{name}' for input {name}")
         return g.ndata[name]
@@ -206,6 +225,10 @@ class ReferenceModule(nn.Module):
         op = self.loss_op
         if op is None:
             raise RuntimeError("the program has no train block with a loss")
+        want = tuple(int(d) for d in op.operands[0].type.shape)
+        if not isinstance(out, torch.Tensor) or out.dim() < 1 or tuple(out.shape[1:]) != want:
+            got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+            raise GdslError(f"loss: the model's output is [rows, {', '.join(map(str, want))}], got {got}")
         target = self._input(op.operands[1].owner, None)
         mask = self.graph.masks.get(op.attrs["mask"]) if op.attrs["mask"] != "all" else None
         if mask is not None:

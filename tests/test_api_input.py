@@ -1,0 +1,149 @@
+"""Bad input to the Python API (found by a fuzzing pass, session 8): a clear
+TypeError for a wrong kind of argument, a GdslError for a wrong value, never
+a torch/sympy traceback from deep inside, a silently different graph, or a
+string evaluated as code."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import gdsl
+from gdsl.diagnostics import CompileError, GdslError
+
+ROOT = Path(__file__).resolve().parent.parent
+GCN = str(ROOT / "programs" / "gcn.gd")
+
+
+def small() -> gdsl.Graph:
+    return gdsl.Graph.from_edges([0, 1, 2, 3], [1, 2, 3, 0], 4, features=torch.ones(4, 3),
+                                 labels=torch.tensor([0, 1, 0, 1]), train_mask=torch.tensor([1, 1, 0, 0]).bool(),
+                                 val_mask=torch.tensor([0, 0, 1, 0]).bool(), test_mask=torch.tensor([0, 0, 0, 1]).bool())
+
+
+# ---- gdsl.compile
+def test_a_string_override_is_refused_not_evaluated(tmp_path):
+    flag = tmp_path / "ran"
+    with pytest.raises(TypeError, match=r"static override hidden=.*a number \(int or float\) is needed, got str"):
+        gdsl.compile(GCN, hidden=f"__import__('pathlib').Path({str(flag)!r}).touch() or 16")
+    assert not flag.exists()
+
+
+@pytest.mark.parametrize("value", [True, [16], None, "16", 1 + 2j])
+def test_overrides_must_be_numbers(value):
+    with pytest.raises(TypeError, match="static override hidden="):
+        gdsl.compile(GCN, hidden=value)
+
+
+@pytest.mark.parametrize("name,value", [("hidden", np.int64(8)), ("hidden", torch.tensor(8)), ("p", np.float32(0.25))])
+def test_numeric_overrides_of_any_kind(name, value):
+    assert gdsl.compile(GCN, **{name: value}).module(small(), backend="reference")().shape == (4, 2)
+
+
+@pytest.mark.parametrize("program", [b"model M { }", None, 42, ["x"]])
+def test_compile_takes_text_or_a_path(program):
+    with pytest.raises(TypeError, match="gdsl.compile takes source text"):
+        gdsl.compile(program)
+
+
+def test_empty_source_text_is_an_empty_program():   # was: read as the path '.' (IsADirectoryError)
+    with pytest.raises(CompileError, match="the program is empty"):
+        gdsl.compile("")
+
+
+# ---- Program.module and the module
+def test_module_needs_a_graph_and_a_backend_name():
+    p = gdsl.compile(GCN)
+    with pytest.raises(TypeError, match="module\\(\\) takes a gdsl.Graph"):
+        p.module("cora")
+    with pytest.raises(GdslError, match="unknown backend ''"):   # was: the default backend
+        p.module(small(), backend="")
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+@pytest.mark.parametrize("x,message", [
+    (torch.ones(4, 3, 1), r"must have shape \[4, 3\] .*got \[4, 3, 1\]"),   # was: broadcast to a [4, 3, 2] output
+    (torch.ones(4, 5), r"must have shape \[4, 3\] .*got \[4, 5\]"),
+    (torch.ones(7, 3), r"must have shape \[4, 3\] .*got \[7, 3\]"),
+    (torch.ones(4, 3, dtype=torch.float64), "must be float32 .*got torch.float64; use x.float"),
+    ([[1.0] * 3] * 4, "must be a torch.Tensor of shape \\[4, 3\\], got list"),
+])
+def test_module_input_is_checked(backend, x, message):
+    if backend == "numba":
+        pytest.importorskip("numba")
+    m = gdsl.compile(GCN).module(small(), backend=backend)
+    with pytest.raises(GdslError, match=message):
+        m(x)
+    assert m(torch.ones(4, 3, dtype=torch.int64)).shape == (4, 2)   # integers: converted
+
+
+def test_loss_checks_the_output_width():
+    m = gdsl.compile(GCN).module(small(), backend="reference")
+    with pytest.raises(GdslError, match=r"loss: the model's output is \[rows, 2\], got \[4, 7\]"):
+        m.loss(torch.ones(4, 7))
+    assert torch.isfinite(m.loss(m()))
+
+
+# ---- gdsl.train
+@pytest.mark.parametrize("kw,error,message", [
+    ({"epochs": 0}, GdslError, "epochs must be an integer >= 1, got 0"),
+    ({"epochs": 1.5}, GdslError, "epochs must be an integer >= 1, got 1.5"),
+    ({"seed": 2 ** 70}, GdslError, r"seed must be an integer in \[0, 2\*\*63\)"),
+    ({"seed": "abc"}, GdslError, "seed must be an integer"),
+    ({"on_epoch": 5}, TypeError, "on_epoch must be callable"),
+])
+def test_train_arguments_are_checked(kw, error, message):
+    with pytest.raises(error, match=message):
+        gdsl.train(gdsl.compile(GCN), small(), backend="reference", **kw)
+
+
+def test_train_takes_a_program_and_a_graph():
+    with pytest.raises(TypeError, match="train\\(\\) takes a gdsl.Program"):
+        gdsl.train(GCN, small())
+    with pytest.raises(TypeError, match="train\\(\\) takes a gdsl.Graph"):
+        gdsl.train(gdsl.compile(GCN), "cora")
+    res = gdsl.train(gdsl.compile(GCN), small(), backend="reference", epochs=np.int64(2), seed=np.int32(1))
+    assert len(res.epochs) == 2
+
+
+def test_a_non_finite_loss_before_any_step_blames_the_data_not_the_lr():
+    g = small()
+    g.features = torch.full((4, 3), 3e38)    # finite, but the first layer overflows float32
+    with pytest.raises(GdslError, match="epoch 1: the loss is nan before any optimizer step: the data or the program"):
+        gdsl.train(gdsl.compile(GCN), g, backend="reference", epochs=2)
+
+
+# ---- graphs
+def test_pyg_edge_index_must_be_2_by_e():
+    from_pyg = pytest.importorskip("torch_geometric.data").Data
+    x, y = torch.ones(4, 3), torch.tensor([0, 1, 0, 1])
+    with pytest.raises(GdslError, match=r"edge_index must be a \[2, E\] tensor \(row 0 = source\), got shape \[4, 2\]"):
+        gdsl.Graph.from_pyg(from_pyg(x=x, y=y, edge_index=torch.tensor([[0, 1], [1, 2], [2, 3], [3, 0]])))
+    with pytest.raises(GdslError, match="got none"):
+        gdsl.Graph.from_pyg(from_pyg(x=x, y=y))
+    g = gdsl.Graph.from_pyg(from_pyg(x=x, y=y, edge_index=torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])))
+    assert g.num_edges == 4
+
+
+@pytest.mark.parametrize("kw,message", [
+    ({"num_nodes": 4.7}, "num_nodes must be an integer >= 0, got 4.7"),
+    ({"num_nodes": "4"}, "num_nodes must be an integer >= 0, got '4'"),
+    ({"num_nodes": -5}, "num_nodes must be an integer >= 0, got -5"),
+    ({"num_nodes": 4, "masks": [1]}, "masks must be a dict of name -> tensor, got list"),
+    ({"num_nodes": 4, "masks": {3: torch.ones(4, dtype=torch.bool)}}, r"the names in masks must be strings, got \[3\]"),
+])
+def test_from_edges_arguments(kw, message):
+    with pytest.raises(GdslError, match=message):
+        gdsl.Graph.from_edges([0, 1], [1, 2], **kw)
+
+
+def test_empty_data_is_named_as_the_datas_problem():
+    p = gdsl.compile(GCN)
+    empty = gdsl.Graph.from_edges([], [], 0, features=torch.ones(0, 3), labels=torch.zeros(0, dtype=torch.long))
+    with pytest.raises(GdslError, match="needs labels, but the graph has 0 vertices and no label"):
+        p.module(empty)   # was: "GCNConv's static argument 'dout' ... got 0" at the program
+    no_width = gdsl.Graph.from_edges([0], [1], 4, features=torch.ones(4, 0), labels=torch.zeros(4, dtype=torch.long))
+    with pytest.raises(GdslError, match=r"input 'X' has an empty feature axis \(its data has shape \[4, 0\]"):
+        p.module(no_width)
