@@ -375,7 +375,9 @@ class Lowerer:
         for k, v in (overrides or {}).items():
             if k not in names:
                 self.error(span, f"{name} has no static argument '{k}' to override")
-            given[k] = sympy.sympify(v)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):   # never sympify a string: it runs code
+                raise TypeError(f"static override {k}={v!r}: a number (int or float) is needed")
+            given[k] = sympy.Integer(v) if isinstance(v, int) else sympy.Float(v)
         out: dict[str, sympy.Expr] = {}
         own_env = {k: Binding(static=v, kind="static") for k, v in given.items()}
         for p in params:
