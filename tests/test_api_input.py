@@ -147,3 +147,9 @@ def test_empty_data_is_named_as_the_datas_problem():
     no_width = gdsl.Graph.from_edges([0], [1], 4, features=torch.ones(4, 0), labels=torch.zeros(4, dtype=torch.long))
     with pytest.raises(GdslError, match=r"input 'X' has an empty feature axis \(its data has shape \[4, 0\]"):
         p.module(no_width)
+
+
+def test_missing_masks_are_named_together_the_losss_first():
+    g = gdsl.Graph.from_edges([0, 1, 2, 3], [1, 2, 3, 0], 4, features=torch.ones(4, 3), labels=torch.tensor([0, 1, 0, 1]))
+    with pytest.raises(GdslError, match="uses masks 'train', 'val', 'test', but the graph has masks: none"):
+        gdsl.train(gdsl.compile(GCN), g, backend="reference", epochs=1)

@@ -77,10 +77,13 @@ def check_masks(prog: CheckedProgram, graph: Graph) -> None:
     cfg = prog.train
     if cfg is None:
         return
-    used = [m for _, m in cfg.eval if m] + ([cfg.loss.mask] if cfg.loss and cfg.loss.mask else [])
+    used = ([cfg.loss.mask] if cfg.loss and cfg.loss.mask else []) + [m for _, m in cfg.eval if m]
+    missing = list(dict.fromkeys(m for m in used if m not in graph.masks))   # the loss's first, each once
+    if missing:
+        have = ", ".join(graph.masks) or "none"
+        names = ", ".join(f"'{m}'" for m in missing)
+        raise GdslError(f"{graph.source or graph.name}: the train block uses mask{'s' if len(missing) > 1 else ''} "
+                        f"{names}, but the graph has masks: {have}")
     for m in used:
-        if m not in graph.masks:
-            have = ", ".join(graph.masks) or "none"
-            raise GdslError(f"{graph.source or graph.name}: the train block uses mask '{m}', but the graph has masks: {have}")
         if not bool(graph.masks[m].any()):
             raise GdslError(f"{graph.source or graph.name}: mask '{m}' selects no vertex")
