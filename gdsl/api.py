@@ -116,9 +116,7 @@ def _override(name: str, value: Any) -> int | float:
     """A static-argument override as a number: int or float (numpy and 0-d
     torch scalars too). Anything else is refused: a string is never
     evaluated (sympy would run it as Python)."""
-    if hasattr(value, "numel") and hasattr(value, "item") and value.numel() == 1:   # a torch/numpy scalar
-        value = value.item()
-    elif hasattr(value, "item") and getattr(value, "shape", None) == ():
+    if hasattr(value, "item") and tuple(getattr(value, "shape", (None,))) == ():   # a numpy or 0-d torch scalar
         value = value.item()
     if isinstance(value, bool) or not isinstance(value, (numbers.Integral, numbers.Real)):
         raise TypeError(f"static override {name}={value!r}: a number (int or float) is needed, "
