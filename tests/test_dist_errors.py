@@ -330,3 +330,43 @@ def test_ranks_of_a_killed_launcher_stop_themselves(tmp_path):
         assert run.leftovers() == []
     finally:
         run.cleanup()
+
+
+# ---------------------------------------------------------------- found by fuzzing the subcommands (session 8)
+@pytest.mark.mpi
+@pytest.mark.skipif(not _has_mpi(), reason="needs mpi4py and mpiexec")
+@pytest.mark.parametrize("extra,message", [
+    (("--data", "citeseer"), "partitioned for another graph"),                        # was: Cora's partition, silently
+    (("--partition", "vertex_cut"), "partitioned as rows(hash)"),
+])
+def test_parts_written_for_another_graph_or_plan_are_refused(tmp_path, extra, message):
+    d = tmp_path / "pc"
+    r = gdsl("partition", GCN, "--np", "2", "--partition", "rows(hash)", "--out", str(d))
+    assert r.returncode == 0, r.stderr
+    r = gdsl("run", GCN, "--np", "2", "--parts", str(d), "--epochs", "1", *extra)
+    assert r.returncode == 1 and message in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_partition_out_keeps_files_it_did_not_write(tmp_path):
+    d = tmp_path / "ud"
+    d.mkdir()
+    (d / "part-old.npz").write_text("mine")     # was: an internal error on int('old')
+    (d / "part-7.npz").write_text("mine too")   # was: deleted as a stale rank file
+    r = gdsl("partition", GCN, "--np", "2", "--partition", "rows(hash)", "--out", str(d))
+    assert r.returncode == 0, r.stderr
+    assert (d / "part-old.npz").read_text() == "mine" and (d / "part-7.npz").read_text() == "mine too"
+
+
+@pytest.mark.parametrize("m", mpi)
+def test_an_unwritable_checkpoint_is_refused_before_training(tmp_path, m):
+    r = gdsl("run", GCN, "--np", "2", "--checkpoint", "/proc/gdsl-ck", "--epochs", "1")
+    assert r.returncode == 1 and "--checkpoint /proc/gdsl-ck: cannot write there" in r.stderr, r.stderr
+    assert "epoch 1" not in r.stdout + r.stderr    # found out before the ranks train
+
+
+def test_a_profile_with_a_huge_integer_is_not_valid(tmp_path):
+    prof = {"alpha": 10 ** 400, "beta": 1e-9, "gamma_spmm": 1e-9, "gamma_gemm": 1e-10}
+    (tmp_path / "p.json").write_text(json.dumps(prof))
+    r = gdsl("plan", GCN, "--data", "cora", "--np", "4", "--profile", str(tmp_path / "p.json"))
+    assert r.returncode == 1 and "alpha must be positive and finite, got an integer of 401 digits" in r.stderr, r.stderr

@@ -122,9 +122,13 @@ def profile_from_dict(data, where: str = "<profile>", backend: str | None = None
         v = src[k]
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise bad(f"{k} must be a number, got {json.dumps(v)}")
-        if not math.isfinite(v) or v <= 0:
-            raise bad(f"{k} must be positive and finite, got {v}")
-        vals[k] = float(v)
+        try:
+            f = float(v)   # an int beyond float's range overflows here
+        except OverflowError:
+            raise bad(f"{k} must be positive and finite, got an integer of {len(str(v))} digits") from None
+        if not math.isfinite(f) or f <= 0 or f < 1e-300:   # a denormal rate predicts inf seconds
+            raise bad(f"{k} must be positive and finite (at least 1e-300), got {v}")
+        vals[k] = f
     name = data.get("name") or Path(where).stem
     source = data.get("source") or ""
     if data.get("date"):

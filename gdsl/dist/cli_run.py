@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from gdsl.diagnostics import GdslError
@@ -80,9 +81,10 @@ def worker_args(args, prog, parts: str) -> dict:
             "log_every": args.log_every, "backend": getattr(args, "backend", None) or "reference"}
 
 
-def _check_existing(parts: Path, P: int, prog) -> dict:
-    """The header of rank 0's file of a partition already in --parts, checked for this run."""
-    from gdsl.dist.run import program_key
+def _check_existing(parts: Path, P: int, prog, graph, partition: str | None) -> dict:
+    """The header of rank 0's file of a partition already in --parts, checked
+    for this run: rank count, program, graph and (when given) --partition."""
+    from gdsl.dist.run import graph_key, program_key
     p0 = part_path(parts, 0)
     if not p0.exists():
         raise GdslError(f"{p0}: missing partition file for rank 0 (write them with `gdsl partition ... --out {parts}`)")
@@ -91,6 +93,12 @@ def _check_existing(parts: Path, P: int, prog) -> dict:
         raise GdslError(f"{parts}: partitioned for {h.get('size')} ranks, but --np is {P}")
     if h.get("program") != program_key(prog.source, prog.overrides, prog.train_name):
         raise GdslError(f"{parts}: partitioned for another program (or other --set values); partition again")
+    if h.get("graph") != graph_key(graph):
+        raise GdslError(f"{parts}: partitioned for another graph (not {graph.source or graph.name}); partition again")
+    stored = str(h.get("strategy", ""))
+    if partition is not None and stored.split("(")[0].split()[0] != partition.split("(")[0].strip():
+        raise GdslError(f"{parts}: partitioned as {stored}, but --partition asks for {partition}; partition again "
+                        "or drop --partition")
     return h
 
 
@@ -111,6 +119,13 @@ def check_outputs(args) -> None:
             raise GdslError(f"--checkpoint {p}: {q} is not a directory")
         if not os.access(q, os.W_OK | os.X_OK):
             raise GdslError(f"--checkpoint {p}: cannot write in {q} (permission denied)")
+        try:   # os.access passes for root where writing fails (/proc, a read-only mount): try it
+            p.mkdir(parents=True, exist_ok=True)
+            fd, probe = tempfile.mkstemp(dir=p, prefix=".gdsl-probe-")
+            os.close(fd)
+            os.unlink(probe)
+        except OSError as e:
+            raise GdslError(f"--checkpoint {p}: cannot write there ({e.strerror or e})") from None
 
 
 def _check_resume(args, P: int, prog, graph_key: str | None, plan: str | None) -> None:
@@ -142,7 +157,7 @@ def run_distributed(args, prog, graph, data) -> int:
     with stop_on_signals():
         try:
             if args.parts and part_path(args.parts, 0).exists():
-                h = _check_existing(Path(args.parts), P, prog)
+                h = _check_existing(Path(args.parts), P, prog, graph, args.partition)
                 _check_resume(args, P, prog, h.get("graph"), h.get("strategy"))
                 parts = args.parts
                 print(f"gdsl run: using the partition in {parts}", file=sys.stderr)

@@ -33,6 +33,14 @@ def program_key(source: str, overrides: dict, train: str | None) -> str:
     return h.hexdigest()[:16]
 
 
+def _is_part_file(path: Path) -> bool:
+    try:
+        read_header(path)
+        return True
+    except GdslError:
+        return False
+
+
 def graph_key(graph) -> str:
     h = hashlib.sha256()
     for t in (graph.src, graph.dst):
@@ -59,8 +67,9 @@ def write_partition(prog, graph, spec, P: int, out: str | Path) -> dict:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("part-*.npz"):
-        if int(old.stem.split("-")[1]) >= P:
-            old.unlink()  # a stale file of a larger earlier partition
+        rank = old.stem.split("-", 1)[1]
+        if rank.isdigit() and int(rank) >= P and _is_part_file(old):
+            old.unlink()  # a stale file of a larger earlier partition (gdsl's own files only)
     for pr in parts:
         save_part(pr, out, meta)
     info = {"P": P, "strategy": spec.describe(), "seconds": round(time.perf_counter() - t0, 3),
