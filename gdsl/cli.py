@@ -200,6 +200,9 @@ def cmd_plan(args, parser) -> int:
 
     if args.np_ < 1:
         parser.error("--np must be at least 1")
+    if args.json:
+        from gdsl.runtime.trainer import check_json_path
+        check_json_path(args.json)   # before the planning, not after it
     source = read_source(args.program)
     dims: dict[str, int] = {}
     graph = None
@@ -240,15 +243,16 @@ def cmd_plan(args, parser) -> int:
         for name in ("replicate", "rows"):
             cost = getattr(st, name)(result.problem)
             print(f"\n{cost.describe()}")
+        if args.json:
+            print(f"gdsl plan: --json {args.json} not written: there is no choice with symbolic sizes", file=sys.stderr)
         return 0
     print(describe_profile(profile))
     print(result.choice.table())
     print("\n* chosen  P Pareto (time vs memory)  ! over the memory per rank")
     print(f"choice: {result.choice.best.name}\nwhy: {result.choice.reason}")
     if args.json:
-        import json
-        from pathlib import Path
-        Path(args.json).write_text(json.dumps({
+        from gdsl.runtime.trainer import write_json
+        write_json(args.json, {
             "P": args.np_, "widths": [int(w) for w in result.widths], **row,
             "choice": result.choice.best.name, "reason": result.choice.reason,
             "profile": {"name": profile.name, "path": profile.path or None, "alpha": profile.alpha,
@@ -257,7 +261,7 @@ def cmd_plan(args, parser) -> int:
                             "words_per_rank": float(c.cost.words), "messages_per_rank": float(c.cost.messages),
                             "memory_per_rank": c.memory_bytes, "fits": c.fits,
                             "pareto": any(c is p for p in result.choice.pareto)} for c in result.choice.candidates],
-        }, indent=2) + "\n")
+        })
     return 0
 
 
@@ -268,6 +272,9 @@ def cmd_calibrate(args, parser) -> int:
 
     if args.np_ < 2:
         parser.error("--np must be at least 2 (the ping-pong needs two ranks)")
+    if args.out:
+        from gdsl.runtime.trainer import check_json_path
+        check_json_path(args.out, "--out")   # before measuring, not after
     backends = BACKENDS if args.backend == "all" else (args.backend,)
     if args.backend == "all":
         import importlib.util
@@ -290,6 +297,7 @@ def cmd_compile(args, parser) -> int:
     from gdsl.frontend.ast import dump
     from gdsl.ir.printer import print_module
     from gdsl.passes.pipeline import pass_names
+    from gdsl.runtime.trainer import write_atomic
 
     names = pass_names()
     for p in args.print_ir_after:
@@ -313,7 +321,7 @@ def cmd_compile(args, parser) -> int:
             print(f"// ----- IR after {name} -----")
             print(text, end="")
         if dump_dir:
-            (dump_dir / f"{step[0]:02d}-{name}.ir").write_text(text)
+            write_atomic(dump_dir / f"{step[0]:02d}-{name}.ir", text)   # never through a symlink there
 
     dumping = bool(dump_dir or args.print_ir_after_all or args.print_ir_after)
     emit = args.emit or (None if dumping else "ir-opt")
@@ -331,7 +339,7 @@ def cmd_compile(args, parser) -> int:
                               ranks=args.np_, edges=edges, graph=graph,
                               memory_per_rank=parse_bytes(args.mem_per_rank) if args.mem_per_rank else None)
     if dump_dir:
-        (dump_dir / "00-ast.txt").write_text(dump(compiled.ast, args.print_loc))
+        write_atomic(dump_dir / "00-ast.txt", dump(compiled.ast, args.print_loc))
     if emit == "ast":
         print(dump(compiled.ast, args.print_loc), end="")
     elif emit == "ir":

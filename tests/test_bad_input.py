@@ -305,3 +305,40 @@ def test_a_terminated_run_keeps_what_it_trained(tmp_path, sig):
     import json
     data = json.loads(out.read_text())
     assert data["interrupted"] is True and len(data["epochs"]) >= 2
+
+
+# ---- subcommands (a fuzzing pass, session 8) ------------------------------------------------------
+
+def test_plan_json_destination_is_checked_first_and_symbolic_plans_say_no_file(tmp_path, capsys):
+    rc, out, err = run(capsys, "plan", str(PROGRAMS / "gcn.gd"), "--data", "cora", "--np", "4",
+                       "--json", str(tmp_path / "nodir" / "x.json"))
+    assert rc == 1 and "no such directory" in err and "choice:" not in out   # before the table, not after
+    rc, _, err = run(capsys, "plan", str(PROGRAMS / "gcn.gd"), "--np", "4", "--json", str(tmp_path / "p.json"))
+    assert rc == 0 and "not written: there is no choice with symbolic sizes" in err
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_calibrate_out_is_checked_before_measuring(tmp_path, capsys):
+    (tmp_path / "afile").write_text("")
+    rc, _, err = run(capsys, "calibrate", "--quick", "--out", str(tmp_path / "afile" / "c.json"))
+    assert rc == 1 and "afile is not a directory" in err and "measur" not in err
+
+
+def test_dump_dir_replaces_a_symlink_instead_of_writing_through_it(tmp_path, capsys):
+    keep, d = tmp_path / "keep.txt", tmp_path / "dd"
+    keep.write_text("keep")
+    d.mkdir()
+    (d / "02-inline.ir").symlink_to(keep)
+    rc, _, _ = run(capsys, "compile", str(PROGRAMS / "gcn.gd"), "--dump-dir", str(d))
+    assert rc == 0 and keep.read_text() == "keep" and not (d / "02-inline.ir").is_symlink()
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("rows(hash", r"write NAME or NAME\(ARG\)"), ("rows(hash)x", r"write NAME or NAME\(ARG\)"),
+    ("edge_cut(hash)", "an edge cut is METIS's"),      # was: METIS, silently
+])
+def test_partition_specs_are_parsed_strictly(spec, message):
+    from gdsl.dist.part import parse_spec
+    with pytest.raises(GdslError, match=message):
+        parse_spec(spec)
+    assert parse_spec("edge_cut").describe() == parse_spec("edge_cut(metis)").describe()

@@ -38,6 +38,10 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
     """--partition, else the schedule's `partition` hint, else the cost model's
     fastest executable plan (`auto`)."""
     sched = prog.checked.schedule
+    # `--partition auto` is what an absent flag means: the cost model over the schedule's hint
+    if partition is not None and not partition.strip():
+        raise GdslError("--partition: empty (give a plan such as rows(metis), or auto)")
+    partition = None if partition is not None and partition.strip() == "auto" else partition
     text = partition or (sched.get("partition") if sched.get("partition") not in (None, "auto") else None)
     if delay is None:
         delay = sched.get("delay", 0)
@@ -96,7 +100,7 @@ def _check_existing(parts: Path, P: int, prog, graph, partition: str | None) -> 
     if h.get("graph") != graph_key(graph):
         raise GdslError(f"{parts}: partitioned for another graph (not {graph.source or graph.name}); partition again")
     stored = str(h.get("strategy", ""))
-    if partition is not None and stored.split("(")[0].split()[0] != partition.split("(")[0].strip():
+    if partition not in (None, "auto") and stored.split("(")[0].split()[0] != partition.split("(")[0].strip():
         raise GdslError(f"{parts}: partitioned as {stored}, but --partition asks for {partition}; partition again "
                         "or drop --partition")
     return h

@@ -72,8 +72,11 @@ class Spec:
 def parse_spec(text: str, *, delay=0, halo: str = "alltoallv", seed: int = 0) -> Spec:
     """'rows', 'rows(random)', 'rows_replicated(2)', 'vertex_cut(libra)', ..."""
     t = text.strip().replace(" ", "")
-    name, _, rest = t.partition("(")
-    arg = rest.rstrip(")") or None
+    name, paren, rest = t.partition("(")
+    if paren and (not rest.endswith(")") or ")" in rest[:-1] or "(" in rest):
+        raise GdslError(f"partition '{text}': write NAME or NAME(ARG), e.g. rows(hash)")
+    arg = rest[:-1] if paren else None
+    arg = arg or None
     if name not in STRATEGIES:
         raise GdslError(f"unknown partition '{text}' (executable: {', '.join(STRATEGIES)})")
     if halo not in EXACT_HALO:
@@ -83,6 +86,9 @@ def parse_spec(text: str, *, delay=0, halo: str = "alltoallv", seed: int = 0) ->
         if arg not in ("hash", "random", "block", "metis"):
             raise GdslError(f"rows({arg}): expected hash, random, block or metis")
     elif name == "edge_cut":
+        if arg not in (None, "metis"):
+            raise GdslError(f"edge_cut({arg}): an edge cut is METIS's (edge_cut or edge_cut(metis)); "
+                            f"for another row split use rows({arg})")
         name, arg = "rows", "metis"
     elif name == "rows_replicated":
         try:

@@ -203,33 +203,37 @@ def _finite_or_null(x):
     return x
 
 
-def check_json_path(path: str) -> None:
-    """Refuse an unusable --json destination before training, not after it
-    (single-process and `--np` runs alike)."""
+def check_json_path(path: str, flag: str = "--json") -> None:
+    """Refuse an unusable output file (--json, calibrate's --out) before the
+    work, not after it (single-process and `--np` runs alike)."""
     p = Path(path)
     if p.is_dir():
-        raise GdslError(f"--json {p}: is a directory (give a file name)")
+        raise GdslError(f"{flag} {p}: is a directory (give a file name)")
     parent = p.parent
     if not parent.exists():
-        raise GdslError(f"--json {p}: no such directory: {parent}")
+        raise GdslError(f"{flag} {p}: no such directory: {parent}")
     if not parent.is_dir():
-        raise GdslError(f"--json {p}: {parent} is not a directory")
+        raise GdslError(f"{flag} {p}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise GdslError(f"--json {p}: cannot write in {parent} (permission denied)")
+        raise GdslError(f"{flag} {p}: cannot write in {parent} (permission denied)")
 
 
 def write_json(path: str, payload: dict) -> None:
-    """Write atomically (a partial file never replaces a good one; the
-    temporary file has a fresh name, so no file of the user's is touched);
-    NaN -> null."""
+    """Write atomically (`write_atomic`); NaN -> null."""
+    check_json_path(path)
+    write_atomic(Path(path), json.dumps(_finite_or_null(payload), indent=2, default=str, allow_nan=False) + "\n")
+
+
+def write_atomic(p: Path, text: str) -> None:
+    """Write whole, then rename over the name: a partial file never replaces
+    a good one, the temporary file has a fresh name (no file of the user's
+    is touched), and a symlink at the name is replaced, not written through."""
     import tempfile
 
-    check_json_path(path)
-    p = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
         with os.fdopen(fd, "w") as fh:
-            fh.write(json.dumps(_finite_or_null(payload), indent=2, default=str, allow_nan=False) + "\n")
+            fh.write(text)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, p)
     except BaseException:
