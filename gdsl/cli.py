@@ -193,6 +193,18 @@ def _dim_names(source: str, args) -> set[str]:
     return names
 
 
+def _mem_per_rank(args, parser) -> int | None:
+    """--mem-per-rank as bytes; a malformed value is a usage error (exit 2), as for --dims."""
+    from gdsl.planning import parse_bytes
+
+    if args.mem_per_rank is None:
+        return None
+    try:
+        return parse_bytes(args.mem_per_rank)
+    except GdslError as e:
+        parser.error(str(e))
+
+
 def cmd_plan(args, parser) -> int:
     from gdsl.compiler import compile_source, read_source
     from gdsl.cost.choose import NoPlanFits
@@ -208,6 +220,8 @@ def cmd_plan(args, parser) -> int:
     graph = None
     if args.data:
         dims, dims["E"], graph = _data_dims(source, args, want_graph=True)
+    if args.dims is not None and not args.dims.replace(",", "").strip():
+        parser.error("--dims: empty (give NAME=INT pairs, e.g. N=2708,E=13264)")
     given: set[str] = set()
     known = _dim_names(source, args) if args.dims else set()
     for kv in (args.dims or "").split(","):
@@ -227,7 +241,7 @@ def cmd_plan(args, parser) -> int:
     row = {k: dims.pop(k) for k in ("N", "E") if k in dims}
     lowered = compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser),
                              train=args.train, stop_after="lower").module
-    mem = parse_bytes(args.mem_per_rank) if args.mem_per_rank else None
+    mem = _mem_per_rank(args, parser)
     from gdsl.cost.profile import describe_profile, load_profile
     profile = load_profile(args.profile)
     try:
@@ -239,7 +253,9 @@ def cmd_plan(args, parser) -> int:
           + (f", N={row['N']}, E={row['E']}" if "N" in row and "E" in row else ""))
     if result.choice is None:
         from gdsl.cost import strategies as st
-        print("sizes are symbolic (give --data or --dims N=..,E=..): per-epoch costs per strategy, in N, E, P")
+        unbound = sorted(_dim_names(source, args) - given - set(dims) - set(row))
+        print(f"sizes are symbolic (give --data, or --dims with {', '.join(unbound)}): per-epoch costs per "
+              "strategy, in N, E, P")
         for name in ("replicate", "rows"):
             cost = getattr(st, name)(result.problem)
             print(f"\n{cost.describe()}")
@@ -309,6 +325,8 @@ def cmd_compile(args, parser) -> int:
         parser.error("--np needs a positive P and --data (use `gdsl plan` for symbolic sizes)")
     if args.data:
         dims, edges, graph = _data_dims(source, args, want_graph=True)
+    if args.dump_dir is not None and not args.dump_dir.strip():
+        parser.error("--dump-dir: empty (give a directory)")
     dump_dir = Path(args.dump_dir) if args.dump_dir else None
     if dump_dir:
         dump_dir.mkdir(parents=True, exist_ok=True)
@@ -337,7 +355,7 @@ def cmd_compile(args, parser) -> int:
     compiled = compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser),
                               train=args.train, stop_after=stop, after_each=after_and_keep,
                               ranks=args.np_, edges=edges, graph=graph,
-                              memory_per_rank=parse_bytes(args.mem_per_rank) if args.mem_per_rank else None)
+                              memory_per_rank=_mem_per_rank(args, parser))
     if dump_dir:
         write_atomic(dump_dir / "00-ast.txt", dump(compiled.ast, args.print_loc))
     if emit == "ast":

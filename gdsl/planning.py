@@ -143,6 +143,6 @@ def parse_bytes(text: str) -> float:
         v = float(t[:-1] if mult != 1 else t) * mult
     except ValueError:
         raise GdslError(f"--mem-per-rank: cannot read '{text}' (e.g. 4G, 512M)") from None
-    if not math.isfinite(v) or v <= 0:
-        raise GdslError(f"--mem-per-rank must be positive, got '{text}'")
+    if not math.isfinite(v) or v < 1:   # '0.0001K' is less than a byte
+        raise GdslError(f"--mem-per-rank must be at least one byte, got '{text}'")
     return v

@@ -342,3 +342,20 @@ def test_partition_specs_are_parsed_strictly(spec, message):
     with pytest.raises(GdslError, match=message):
         parse_spec(spec)
     assert parse_spec("edge_cut").describe() == parse_spec("edge_cut(metis)").describe()
+
+
+@pytest.mark.parametrize("argv,message", [
+    (("plan", "--np", "4", "--mem-per-rank", "4X"), "--mem-per-rank: cannot read '4X'"),     # was exit 1
+    (("plan", "--np", "4", "--mem-per-rank", "0.0001K"), "--mem-per-rank must be at least one byte"),
+    (("plan", "--np", "4", "--dims", ","), "--dims: empty"),                                # was: ignored
+    (("compile", "--dump-dir", ""), "--dump-dir: empty"),
+])
+def test_malformed_planning_options_are_usage_errors(capsys, argv, message):
+    with pytest.raises(SystemExit) as e:
+        main([argv[0], str(PROGRAMS / "gcn.gd"), *argv[1:]])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_symbolic_plan_names_the_dims_still_missing(capsys):
+    rc, out, _ = run(capsys, "plan", str(PROGRAMS / "gcn.gd"), "--np", "4", "--dims", "N=10,E=5")
+    assert rc == 0 and "sizes are symbolic (give --data, or --dims with C, F)" in out
