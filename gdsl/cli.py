@@ -21,26 +21,24 @@ from gdsl.runtime.signals import Terminated, stop_on_signals
 STAGES = ("ast", "ir", "ir-opt")
 
 
-def _seed(text: str) -> int:
-    """--seed: an integer in [0, 2**63) (what torch's generators take)."""
+def _int_arg(text: str, lo: int, hi: int | None, want: str) -> int:
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if not 0 <= v < 2 ** 63:
-        raise argparse.ArgumentTypeError(f"must be in [0, 2**63), got {text}")
+    if v < lo or (hi is not None and v >= hi):
+        raise argparse.ArgumentTypeError(f"{want}, got {text}")
     return v
+
+
+def _seed(text: str) -> int:
+    """--seed: an integer in [0, 2**63) (what torch's generators take)."""
+    return _int_arg(text, 0, 2 ** 63, "must be in [0, 2**63)")
 
 
 def _positive(text: str) -> int:
     """A count of epochs (--log-every, --checkpoint-every): an integer >= 1."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return v
+    return _int_arg(text, 1, None, "must be at least 1")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -411,7 +409,7 @@ def cmd_run(args, parser) -> int:
         progress = Progress(epochs, every=args.log_every)
         result = train(prog, graph, backend=args.backend, epochs=epochs, seed=args.seed, on_epoch=progress)
     f = result.final
-    sig = result.signal if result.interrupted else None
+    sig = result.signal
     if sig is not None:
         what = "interrupted" if sig == signal.SIGINT else f"terminated ({signal.Signals(sig).name})"
         print(f"\ngdsl: {what} after {len(result.epochs)} epoch{'s' if len(result.epochs) != 1 else ''}", file=sys.stderr)

@@ -33,8 +33,11 @@ class EpochStats:
 class TrainResult:
     epochs: list[EpochStats] = field(default_factory=list)
     final: dict[str, float] = field(default_factory=dict)
-    interrupted: bool = False
-    signal: int | None = None   # what stopped it: SIGINT, SIGTERM, SIGHUP
+    signal: int | None = None   # what stopped it early: SIGINT (Ctrl-C), SIGTERM, SIGHUP
+
+    @property
+    def interrupted(self) -> bool:
+        return self.signal is not None
 
     def to_json(self, **meta) -> dict:
         return {**meta, "interrupted": self.interrupted,
@@ -154,7 +157,6 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
             if on_epoch:
                 on_epoch(stats)
     except (KeyboardInterrupt, Terminated) as e:   # Ctrl-C, SIGTERM, SIGHUP: keep what was trained
-        result.interrupted = True
         result.signal = e.signum if isinstance(e, Terminated) else signal.SIGINT
     if result.epochs:
         last = result.epochs[-1]
