@@ -2,7 +2,8 @@
 tests/test_dist.py with `mpiexec -n P`), so the suite pays MPI start-up once.
 
 argv[1]: JSON list of {"program", "data", "plan", "delay", "halo", "epochs",
-"seed", "backend" (the ranks' kernels, default reference), "traffic" (true:
+"seed", "backend" (the ranks' kernels, default reference; triton on a GPU
+machine without TRITON_INTERPRET places every rank on a GPU), "traffic" (true:
 the last epoch's bytes; "all": every epoch's)};
 rank 0 prints one JSON line per configuration:
 {"config": ..., "losses": [...], "final": {...}, "comm": {...} | null} or
@@ -53,7 +54,8 @@ def main() -> None:
             hist = train_loop(model, prog.train, comm, cfg["epochs"], traffic=cfg.get("traffic", False))
             res = {"config": cfg, "losses": [h["loss"] for h in hist],
                    "final": {k: v for k, v in hist[-1].items() if k.endswith("_acc")},
-                   "comm": hist[-1].get("comm"), "meta": part.meta}
+                   "comm": hist[-1].get("comm"), "meta": part.meta, "device": str(model.device),
+                   "kernels": {} if model.kernels is None else dict(model.kernels.used)}
             if cfg.get("traffic") == "all":   # every epoch's traffic, not only the last one's
                 res["comm_epochs"] = [h.get("comm") for h in hist]
         except GdslError as e:

@@ -64,18 +64,27 @@ class CommStats:
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
-    """A numpy view of a CPU tensor (CUDA tensors are staged through host
-    memory first: see `_on_host`)."""
+    """A numpy view of a CPU tensor (device tensors are staged through host
+    memory first: see `host` and `_on_host`)."""
     return t.detach().contiguous().numpy()
 
 
+def host(t: torch.Tensor) -> torch.Tensor:
+    """`t` in host memory, contiguous: itself when it is a CPU tensor, else a
+    copy (a GPU rank's buffer for MPI; no CUDA-aware MPI is assumed, so every
+    collective on a GPU rank moves device -> host -> MPI -> host -> device)."""
+    t = t.detach()
+    return t.contiguous() if t.device.type == "cpu" else t.to("cpu").contiguous()
+
+
 def _on_host(method):
-    """Run a collective on a CUDA tensor through a host copy (no CUDA-aware
-    MPI is assumed); CPU tensors pass straight through."""
+    """Run a collective on a device (GPU) tensor through a host copy, the
+    result copied back to the tensor's device; CPU tensors pass straight
+    through (no copy)."""
     def wrapper(self, x: torch.Tensor, *args, **kwargs):
-        if not x.is_cuda:
+        if x.device.type == "cpu":
             return method(self, x, *args, **kwargs)
-        return method(self, x.cpu(), *args, **kwargs).to(x.device)
+        return method(self, host(x), *args, **kwargs).to(x.device)
     wrapper.__doc__, wrapper.__name__ = method.__doc__, method.__name__
     return wrapper
 
@@ -152,8 +161,8 @@ class Comm:
         MPI = mpi()
         if not x.is_contiguous():
             raise ValueError("allreduce_ needs a contiguous tensor")
-        if x.is_cuda:
-            return x.copy_(self.allreduce_(x.cpu(), label, op))
+        if x.device.type != "cpu":
+            return x.copy_(self.allreduce_(host(x), label, op))
         if self.size > 1:
             mop = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
             t0 = time.perf_counter()

@@ -27,7 +27,12 @@ import numpy as np
 import torch
 
 from gdsl.diagnostics import GdslError
-from gdsl.dist.comm import Comm
+from gdsl.dist.comm import Comm, host
+
+
+def _index(a: np.ndarray, device: torch.device) -> torch.Tensor:
+    """An int64 index array of the partition as a tensor on the rank's device."""
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device)
 
 
 class _Fn(torch.autograd.Function):
@@ -44,18 +49,17 @@ class HaloExchange:
 
     def __init__(self, comm: Comm, send_idx: list[np.ndarray], recv_idx: list[np.ndarray], own_pos: np.ndarray,
                  n_local: int, mode: str = "alltoallv", block_rows: np.ndarray | None = None,
-                 halo_gid_pos: np.ndarray | None = None):
+                 halo_gid_pos: np.ndarray | None = None, device: torch.device | str = "cpu"):
         self.comm, self.mode, self.n_local = comm, mode, n_local
         self.n_own = int(own_pos.size)
-        self.own_pos = torch.from_numpy(np.ascontiguousarray(own_pos))
-        self.recv_pos = torch.from_numpy(np.concatenate(recv_idx).astype(np.int64)) if recv_idx else \
-            torch.zeros(0, dtype=torch.int64)
-        self.send_idx = [torch.from_numpy(np.ascontiguousarray(s)) for s in send_idx]
-        self.send_all = torch.cat(self.send_idx) if self.send_idx else torch.zeros(0, dtype=torch.int64)
+        self.own_pos = _index(own_pos, device)
+        self.recv_pos = _index(np.concatenate(recv_idx) if recv_idx else np.zeros(0, np.int64), device)
+        self.send_all = _index(np.concatenate(send_idx) if send_idx else np.zeros(0, np.int64), device)
         self.send_counts = np.array([s.size for s in send_idx], np.int64)
         self.recv_counts = np.array([r.size for r in recv_idx], np.int64)
         self.block_rows = block_rows          # bcast: rows of every rank's block
-        self.halo_pos = None if halo_gid_pos is None else torch.from_numpy(halo_gid_pos)  # bcast: halo rows in the gathered blocks
+        # bcast: the halo rows' positions in the gathered blocks
+        self.halo_pos = None if halo_gid_pos is None else _index(halo_gid_pos, device)
 
     def _place(self, own: torch.Tensor, halo: torch.Tensor) -> torch.Tensor:
         """Own and halo rows into the local space (global-id order)."""
@@ -189,14 +193,15 @@ class BlockBcast(torch.autograd.Function):
         MPI = mpi()
         outs = []
         for q, rows in stages:
-            buf = x.detach().clone().contiguous() if q == my_block else x.new_empty((rows,) + tuple(x.shape[1:]))
+            # a host buffer (a GPU rank's block is staged through it: comm.host)
+            buf = host(x).clone() if q == my_block else torch.empty((rows,) + tuple(x.shape[1:]), dtype=x.dtype)
             t0 = time.perf_counter()
             comm.comm.Bcast([buf.numpy(), MPI.FLOAT], root=q)
             nbytes = buf.numel() * 4
             comm.stats.add("bcast", label + " fwd", nbytes * (comm.size - 1) if q == my_block else 0,
                            0 if q == my_block else nbytes, time.perf_counter() - t0)
             outs.append(buf)
-        return _cat(outs, x)
+        return _cat(outs, x).to(x.device)
 
     @staticmethod
     def backward(ctx, g):
@@ -206,7 +211,7 @@ class BlockBcast(torch.autograd.Function):
         out = None
         off = 0
         for q, rows in ctx.stages:
-            part = g[off: off + rows].contiguous()
+            part = host(g[off: off + rows])
             off += rows
             recv = torch.empty_like(part) if q == ctx.my_block else None
             t0 = time.perf_counter()
@@ -216,7 +221,7 @@ class BlockBcast(torch.autograd.Function):
             comm.stats.add("reduce", ctx.label + " bwd", 0 if q == ctx.my_block else nbytes,
                            nbytes * (comm.size - 1) if q == ctx.my_block else 0, time.perf_counter() - t0)
             if recv is not None:
-                out = recv
+                out = recv.to(g.device)
         if out is None:
             out = g.new_zeros(ctx.xshape)  # not a root in this column's stages
         return out, None, None, None, None
@@ -228,12 +233,11 @@ class SplitCombine:
     `send_idx[q]`: my leaf rows whose root is q; `recv_idx[q]`: my root rows
     that q holds as leaves (same order on both sides)."""
 
-    def __init__(self, comm: Comm, send_idx: list[np.ndarray], recv_idx: list[np.ndarray]):
+    def __init__(self, comm: Comm, send_idx: list[np.ndarray], recv_idx: list[np.ndarray],
+                 device: torch.device | str = "cpu"):
         self.comm = comm
-        self.leaf = [torch.from_numpy(np.ascontiguousarray(s)) for s in send_idx]
-        self.root = [torch.from_numpy(np.ascontiguousarray(s)) for s in recv_idx]
-        self.leaf_all = torch.cat(self.leaf) if self.leaf else torch.zeros(0, dtype=torch.int64)
-        self.root_all = torch.cat(self.root) if self.root else torch.zeros(0, dtype=torch.int64)
+        self.leaf_all = _index(np.concatenate(send_idx) if send_idx else np.zeros(0, np.int64), device)
+        self.root_all = _index(np.concatenate(recv_idx) if recv_idx else np.zeros(0, np.int64), device)
         self.leaf_counts = np.array([s.size for s in send_idx], np.int64)
         self.root_counts = np.array([s.size for s in recv_idx], np.int64)
 
@@ -370,6 +374,7 @@ class DelayPipe:
         self.own_sent: dict[int, torch.Tensor] = {}  # epoch -> the partials my leaves sent then
         self.root_in: dict[int, torch.Tensor] = {}   # bin -> leaves' partials, at my roots
         self.leaf_in: dict[int, torch.Tensor] = {}   # bin -> remote part of the total, at my leaves
+        row_gid = row_gid.to(tree.leaf_all.device)
         self.bins = [((row_gid[tree.leaf_all] % r) == b, (row_gid[tree.root_all] % r) == b) for b in range(r)]
         self.counts = []
         for leaf_mask, root_mask in self.bins:
@@ -386,10 +391,11 @@ class DelayPipe:
             t0 = time.perf_counter()
             mpi().Request.Waitall(reqs)
             self.comm.stats.add("wait", self.label + " (delayed)", 0, 0, time.perf_counter() - t0)
-            self.root_in[b] = bufs["up"]
+            # the receive buffers are host memory (on a GPU rank: copied to the device here)
+            self.root_in[b] = bufs["up"].to(x.device)
             if "down" in bufs:
                 # the root's total of epoch e - r holds what my leaves sent in epoch e - 2r
-                self.leaf_in[b] = bufs["down"] - self.own_sent.pop(e - 2 * r)
+                self.leaf_in[b] = bufs["down"].to(x.device) - self.own_sent.pop(e - 2 * r)
         out = x.clone()
         if scale is not None and (len(self.root_in) < self.r or len(self.leaf_in) < self.r):
             # some bin still waits for its first remote contribution (the first 2r epochs)
@@ -406,12 +412,15 @@ class DelayPipe:
         row = int(np.prod(x.shape[1:], dtype=np.int64)) if x.dim() > 1 else 1
         up_send = x.index_select(0, tree.leaf_all[leaf_mask]).contiguous()
         self.own_sent[e] = up_send
-        up_recv = x.new_empty((int(rc.sum()),) + tuple(x.shape[1:]))
-        reqs = [self._ialltoallv(up_send, up, up_recv, rc, row, "leaf->root")]
-        bufs = {"up": up_recv}
+        # non-blocking MPI on host buffers (a GPU rank stages its sends through
+        # host copies), kept alive in `bufs` until the requests complete
+        up_host = host(up_send)
+        up_recv = torch.empty((int(rc.sum()),) + tuple(x.shape[1:]), dtype=x.dtype)
+        reqs = [self._ialltoallv(up_host, up, up_recv, rc, row, "leaf->root")]
+        bufs = {"up": up_recv, "keep_up": up_host}
         if b in self.root_in:
-            down_send = out.index_select(0, tree.root_all[root_mask]).contiguous()
-            down_recv = x.new_empty((int(up.sum()),) + tuple(x.shape[1:]))
+            down_send = host(out.index_select(0, tree.root_all[root_mask]))
+            down_recv = torch.empty((int(up.sum()),) + tuple(x.shape[1:]), dtype=x.dtype)
             reqs.append(self._ialltoallv(down_send, rc, down_recv, up, row, "root->leaf"))
             bufs.update(down=down_recv, keep=down_send)
         self.sent[e] = (reqs, bufs)
@@ -437,7 +446,7 @@ class DelayPipe:
         from gdsl.dist.comm import mpi
         for e, (reqs, bufs) in list(self.sent.items()):
             mpi().Request.Waitall(reqs)
-            self.sent[e] = ([], {k: v for k, v in bufs.items() if k != "keep"})
+            self.sent[e] = ([], {k: v for k, v in bufs.items() if not k.startswith("keep")})
 
     def state_dict(self) -> dict:
         """The pipeline's contents after `finish`: what each epoch in flight

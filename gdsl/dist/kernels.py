@@ -22,11 +22,12 @@ The rest (and aggregations over the whole graph: RDM, P3's first layer) run
 on torch as before; `used` names the kernels that ran (the run's summary
 line and --json's "kernels").
 
-Triton: the kernels run under TRITON_INTERPRET=1 on the host tensors of the
-executor. On a GPU the executor's tensors (graph, features, params, dropout
-masks) would have to live on the device, with the collectives staging them
-through host buffers (gdsl/dist/comm.py does that part): not built, and
-refused with an error, as no GPU was available to test it.
+Triton: on a GPU machine each rank keeps its graph, features, params and
+activations on one GPU (`rank_device`: the node-local rank modulo the GPUs
+the node has), and the collectives stage device tensors through host
+buffers (gdsl/dist/comm.py; no CUDA-aware MPI is assumed). Dropout masks are
+drawn on the host from the single-process generator and copied over. Under
+TRITON_INTERPRET=1 the kernels run on the executor's CPU tensors instead.
 """
 from __future__ import annotations
 
@@ -42,14 +43,36 @@ from gdsl.ir.core import Op
 _COMPLETE = ("rows", "replicate", "features")
 
 
+def rank_device(backend: str, comm) -> torch.device:
+    """Where this rank's tensors live: the CPU, except for --backend triton
+    on a machine with CUDA GPUs (and TRITON_INTERPRET unset), where a rank
+    takes GPU (node-local rank mod the node's GPU count), as torchrun's
+    LOCAL_RANK convention does. The node-local rank comes from MPI (the ranks
+    sharing memory with this one), so it holds under any launcher."""
+    if backend != "triton":
+        return torch.device("cpu")
+    from gdsl.backends.triton import interpret_mode, require_backend
+    require_backend()   # a clear error without a GPU (unless TRITON_INTERPRET=1)
+    if interpret_mode():
+        return torch.device("cpu")
+    from gdsl.dist.comm import mpi
+    MPI = mpi()
+    node = comm.comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    local = node.Get_rank()
+    node.Free()
+    device = torch.device("cuda", local % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
 class LocalKernels:
     def __init__(self, backend: str, src: torch.Tensor, dst_own: torch.Tensor, own_pos: np.ndarray,
-                 n_local: int, strategy: str) -> None:
+                 n_local: int, strategy: str, device: torch.device | str = "cpu") -> None:
         self.backend, self.strategy = backend, strategy
-        self.own_pos = torch.from_numpy(np.ascontiguousarray(own_pos, dtype=np.int64))
+        pos = np.ascontiguousarray(own_pos, dtype=np.int64)
         self.n_local = int(n_local)
-        self.identity = bool(self.own_pos.numel() == self.n_local
-                             and torch.equal(self.own_pos, torch.arange(self.n_local)))
+        self.identity = bool(pos.size == self.n_local and np.array_equal(pos, np.arange(self.n_local)))
+        self.own_pos = torch.from_numpy(pos).to(device)
         dst = self.own_pos.index_select(0, dst_own.to(torch.int64))
         if backend == "numba":
             from gdsl.backends.numba import ops
@@ -60,12 +83,7 @@ class LocalKernels:
             from gdsl.backends.triton import ops, require_backend
             from gdsl.backends.triton.graph import TritonGraph
             from gdsl.backends.triton.module import kernel_signature
-            from gdsl.backends.triton import interpret_mode
             require_backend()   # a clear error without a GPU (unless TRITON_INTERPRET=1)
-            if not interpret_mode():
-                raise GdslError("--np with --backend triton runs the kernels under TRITON_INTERPRET=1 only: the "
-                                "distributed executor keeps its tensors in host memory (placing them on the GPU is "
-                                "not implemented yet); use --backend numba or reference, or set TRITON_INTERPRET=1")
             self.g = TritonGraph.build(src, dst, self.n_local, src.device)
         else:
             raise GdslError(f"unknown backend '{backend}' for a distributed run (expected reference, numba, triton)")

@@ -52,29 +52,41 @@ def _rows2d(h: torch.Tensor) -> torch.Tensor:
     return h.reshape(h.shape[0], int(np.prod(h.shape[1:], dtype=np.int64)))
 
 
-def _view(own_pos: np.ndarray, src, dst, in_deg, out_deg, edata: dict, graph) -> GraphData:
-    """A GraphData over local arrays: vertex values are the rows `own_pos` of
-    the local space; `src` indexes the local space, `dst` the vertex rows."""
+def _tensor(a: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A partition array as a tensor on the rank's device (no copy on the CPU)."""
+    return torch.from_numpy(np.ascontiguousarray(a)).to(device)
+
+
+def _view(own_pos: np.ndarray, src, dst, in_deg, out_deg, edata: dict, graph, device: torch.device) -> GraphData:
+    """A GraphData over local arrays, on the rank's device: vertex values are
+    the rows `own_pos` of the local space; `src` indexes the local space,
+    `dst` the vertex rows."""
     gd = GraphData.__new__(GraphData)
     gd.graph, gd.num_nodes = graph, int(own_pos.size)
-    gd.src, gd.dst = torch.from_numpy(src), torch.from_numpy(dst)
-    ind, outd = torch.from_numpy(in_deg), torch.from_numpy(out_deg)
-    pos = torch.from_numpy(own_pos)
+    gd.src, gd.dst = _tensor(src, device), _tensor(dst, device)
+    ind, outd = _tensor(in_deg, device), _tensor(out_deg, device)
+    pos = _tensor(own_pos, device)
     ind_own, outd_own = ind[pos], outd[pos]
     gd.vertex_env = {"degree": ind_own, "out_degree": outd_own}
     gd.edge_env = {"src_degree": ind[gd.src], "dst_degree": ind_own[gd.dst],
                    "src_out_degree": outd[gd.src], "dst_out_degree": outd_own[gd.dst],
-                   **{k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in edata.items()}}
+                   **{k: _tensor(v, device) for k, v in edata.items()}}
     return gd
 
 
 class DistModule(ReferenceModule):
     """One rank of a distributed plan, as a torch Module (forward returns the
-    rows this rank computes; `loss` and `metrics` are global)."""
+    rows this rank computes; `loss` and `metrics` are global).
 
-    def __init__(self, module: Module, part: RankPart, comm: Comm, backend: str = "reference") -> None:
+    `device`: where the rank's graph, features, params and activations live
+    (the CPU, or the rank's GPU for --backend triton: `kernels.rank_device`);
+    the collectives stage device tensors through host buffers (comm.host)."""
+
+    def __init__(self, module: Module, part: RankPart, comm: Comm, backend: str = "reference",
+                 device: torch.device | str | None = None) -> None:
         nn.Module.__init__(self)
         self.ir, self.part, self.comm = module, part, comm
+        self.device = dev = torch.device("cpu" if device is None else device)
         namer = _Namer()
         for op in module.main.ops:
             if op.result is not None:
@@ -83,22 +95,25 @@ class DistModule(ReferenceModule):
         self.spec = part.spec
         strategy = self.spec.strategy
         self.graph = SimpleNamespace(
-            features=None if part.features is None else torch.from_numpy(np.ascontiguousarray(part.features)),
-            labels=None if part.labels is None else torch.from_numpy(part.labels),
-            masks={k: torch.from_numpy(v) for k, v in part.masks.items()}, ndata={}, edata={})
-        self.gd = _view(part.own_pos, part.src, part.dst, part.in_degree, part.out_degree, part.edata, self.graph)
+            features=None if part.features is None else _tensor(part.features, dev),
+            labels=None if part.labels is None else _tensor(part.labels, dev),
+            masks={k: _tensor(v, dev) for k, v in part.masks.items()}, ndata={}, edata={})
+        self.gd = _view(part.own_pos, part.src, part.dst, part.in_degree, part.out_degree, part.edata, self.graph,
+                        dev)
         self.full = None
         if "full_src" in part.extra:
             ex = part.extra
             edata = {k[len("full_edata."):]: v for k, v in ex.items() if k.startswith("full_edata.")}
             rows = np.arange(*(int(v) for v in ex["panel"])) if "panel" in ex else np.arange(part.num_nodes)
             self.full = _view(rows, ex["full_src"], ex["full_dst"], ex["full_in_degree"],
-                              ex["full_out_degree"], edata, self.graph)
+                              ex["full_out_degree"], edata, self.graph, dev)
         self.src_index, self.dst_index = self.gd.src, self.gd.dst
+        # global ids of my rows and edges, in host memory: the dropout masks are drawn there
         self.row_gid = torch.from_numpy(part.owned_rows)
         self.edge_gid = torch.from_numpy(part.eid)
-        self.counted = torch.from_numpy(part.counted)
-        self._create_params(module)
+        self.counted = _tensor(part.counted, dev)
+        self._create_params(module)   # drawn on the host, as one process draws them
+        self.to(dev)
         self.feature_input = next((op.attrs["name"] for op in module.main.ops
                                    if op.name == "input" and op.result.type.domain == "vertex"
                                    and op.result.type.dtype == "f32"), None)
@@ -123,7 +138,7 @@ class DistModule(ReferenceModule):
             starts = part.extra["block_starts"]
             self.stages = [(int(q), int(starts[q + 1] - starts[q])) for q in part.extra["stage_blocks"]]
         if strategy == "vertex_cut":
-            self._tree = fn.SplitCombine(comm, part.send_idx, part.recv_idx)
+            self._tree = fn.SplitCombine(comm, part.send_idx, part.recv_idx, dev)
             if self.spec.delay != 0:
                 self._partial_scale = self._make_partial_scale()
             if self.spec.delay == "none":
@@ -143,7 +158,7 @@ class DistModule(ReferenceModule):
         self._plan_fast_spmm(module)
         self.backend = backend
         self.kernels = None if backend == "reference" else \
-            LocalKernels(backend, self.gd.src, self.gd.dst, part.own_pos, part.n_local, strategy)
+            LocalKernels(backend, self.gd.src, self.gd.dst, part.own_pos, part.n_local, strategy, dev)
         self._lin_anchor, self._lin_skip = plan_linear(self, module)
         self._check_linear_groups()
 
@@ -167,7 +182,7 @@ class DistModule(ReferenceModule):
                 out.append(start + np.searchsorted(rows, ids))
             halo_pos = np.concatenate(out) if out else np.zeros(0, np.int64)
         return fn.HaloExchange(self.comm, part.send_idx, part.recv_idx, part.own_pos, part.n_local,
-                               self.spec.halo, self.block_rows, halo_pos)
+                               self.spec.halo, self.block_rows, halo_pos, self.device)
 
     def _check_supported(self, module: Module) -> None:
         """Refuse, before any communication, an op the plan cannot run exactly."""
@@ -280,7 +295,7 @@ class DistModule(ReferenceModule):
                 continue
             gd = self._gd_for(op)
             w = None if op.attrs["msg"] == "copy_src" else self._const(op.operands[1].owner, gd)
-            vals = torch.ones(gd.src.numel()) if w is None else w.to(torch.float32)
+            vals = torch.ones(gd.src.numel(), device=gd.src.device) if w is None else w.to(torch.float32)
             n_cols = self.part.num_nodes if gd is self.full else self.part.n_local
             if self.spec.strategy == "rows_replicated":
                 n_cols = self.part.n_local
@@ -512,7 +527,7 @@ class DistModule(ReferenceModule):
                                                         include_self=False)
             if self.spec.strategy in ("rows_replicated", "vertex_cut") or to == "src":
                 # an empty partial must not win a max/min: mark rows with no local edge
-                has = torch.zeros(rows, dtype=torch.bool).index_fill(0, idx, True)
+                has = torch.zeros(rows, dtype=torch.bool, device=m.device).index_fill(0, idx, True)
                 fill = float("-inf") if r == "max" else float("inf")
                 out = torch.where(has.reshape((-1,) + (1,) * (m.dim() - 1)), out, torch.full_like(out, fill))
         op = getattr(self, "_cur", None)
@@ -565,7 +580,7 @@ class DistModule(ReferenceModule):
         for to, loc, glob in (("dst", self.part.dst, self.part.in_degree), ("src", self.part.src, self.part.out_degree)):
             local = torch.bincount(torch.from_numpy(np.asarray(loc, np.int64)), minlength=n).double()
             whole = torch.from_numpy(np.asarray(glob, np.float64))
-            out[to] = torch.where(local > 0, whole / local.clamp(min=1), torch.ones_like(local)).float()
+            out[to] = torch.where(local > 0, whole / local.clamp(min=1), torch.ones_like(local)).float().to(self.device)
         return out
 
     def _scale_for(self, partial: torch.Tensor, to: str) -> torch.Tensor:
@@ -579,7 +594,7 @@ class DistModule(ReferenceModule):
         counts[self.part.owned_rows] = 1.0
         if self.comm.size > 1:
             self.comm.comm.Allreduce(mpi().IN_PLACE, counts, op=mpi().SUM)
-        return torch.from_numpy(counts[self.part.owned_rows]).float()
+        return torch.from_numpy(counts[self.part.owned_rows]).float().to(self.device)
 
     def _delayed(self, partial: torch.Tensor, reduce: str, op: Op, label: str, to: str) -> torch.Tensor:
         """DistGNN cd-r (§5.3, Algorithm 4) on this aggregation's forward (see
@@ -613,6 +628,11 @@ class DistModule(ReferenceModule):
 
     # ---------------------------------------------------------------- dropout on local rows
     def dropout_keep(self, op: Op, x: torch.Tensor, gen: torch.Generator, p: float) -> torch.Tensor:
+        """The single-process mask's entries of my rows (columns), drawn on the
+        host from the same generator and moved to the rank's device."""
+        return self._keep_on_host(op, x, gen, p).to(x.device)
+
+    def _keep_on_host(self, op: Op, x: torch.Tensor, gen: torch.Generator, p: float) -> torch.Tensor:
         t = op.result.type
         if t.domain == "vertex":
             if op.result in self.cols_region:  # P3: all rows, this rank's columns

@@ -255,7 +255,7 @@ def _load_checkpoint(directory: Path, comm, model, opt, identity: dict | None = 
     if not path.exists():
         raise GdslError(f"{path}: missing checkpoint file of rank {comm.rank}")
     try:
-        state = torch.load(path, weights_only=True)
+        state = torch.load(path, weights_only=True, map_location=model.device)
     except OSError as e:
         raise GdslError(f"{path}: cannot read it ({e.strerror or type(e).__name__})") from None
     except Exception as e:  # noqa: BLE001 - torch's messages suggest unsafe loading; name only the kind
@@ -293,8 +293,10 @@ def _alike():
 
 def make_model(prog, part, comm, dims: dict, seed: int, backend: str = "reference"):
     """This rank's DistModule of `prog` (params drawn as a single process would;
-    `backend` numba or triton runs the local sparse ops on its kernels)."""
+    `backend` numba or triton runs the local sparse ops on its kernels; triton
+    on a GPU machine places the rank on its GPU: kernels.rank_device)."""
     from gdsl.compiler import compile_source
+    from gdsl.dist.kernels import rank_device
     from gdsl.dist.module import DistModule
     from gdsl.runtime.memory import release_free_heap
     # the plan's delay reaches the order pass: cd-r aggregates param-free inputs sparse-first (passes/order.py)
@@ -302,7 +304,7 @@ def make_model(prog, part, comm, dims: dict, seed: int, backend: str = "referenc
                               delay=part.spec.delay)
     torch.manual_seed(seed)
     with _alike():
-        model = DistModule(compiled.module, part, comm, backend=backend)
+        model = DistModule(compiled.module, part, comm, backend=backend, device=rank_device(backend, comm))
     model.dropout_seed = seed
     release_free_heap()   # the binding's temporaries, as Program.module does (gdsl/runtime/memory.py)
     return model

@@ -165,7 +165,7 @@ class ReferenceModule(nn.Module):
                     continue
                 w = self._consts[wv.owner]
             row, col = (self.gd.dst, self.gd.src) if op.attrs["to"] == "dst" else (self.gd.src, self.gd.dst)
-            vals = torch.ones(row.numel()) if w is None else w.to(torch.float32)
+            vals = torch.ones(row.numel(), device=row.device) if w is None else w.to(torch.float32)
             n = self.gd.num_nodes
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")

@@ -87,8 +87,8 @@ class GraphData:
 
     def vertex_const(self, expr) -> torch.Tensor:
         v = eval_sympy(expr, self.vertex_env)
-        return v if isinstance(v, torch.Tensor) else torch.full((self.num_nodes,), v)
+        return v if isinstance(v, torch.Tensor) else torch.full((self.num_nodes,), v, device=self.src.device)
 
     def edge_const(self, expr) -> torch.Tensor:
         v = eval_sympy(expr, self.edge_env)
-        return v if isinstance(v, torch.Tensor) else torch.full((self.src.numel(),), v)
+        return v if isinstance(v, torch.Tensor) else torch.full((self.src.numel(),), v, device=self.src.device)
