@@ -230,6 +230,10 @@ def cmd_plan(args, parser) -> int:
                 parser.error(f"--dims expects NAME=INT pairs, got '{kv}'")
             if k in given:
                 parser.error(f"--dims gives {k} twice")
+            if args.data and k in ("N", "E"):
+                # N=5 with Cora's E (and its graph's METIS partitions) would plan no graph at all
+                parser.error(f"--dims {k}: the graph of --data has {k} = {dims[k]}; give N and E by --dims "
+                             "without --data (feature dims may override the data's)")
             if k not in known:
                 parser.error(f"--dims: the program has no dim {k} (its dims: {', '.join(sorted(known))})")
             if int(v) < (0 if k == "E" else 1):

@@ -349,11 +349,19 @@ def test_partition_specs_are_parsed_strictly(spec, message):
     (("plan", "--np", "4", "--mem-per-rank", "0.0001K"), "--mem-per-rank must be at least one byte"),
     (("plan", "--np", "4", "--dims", ","), "--dims: empty"),                                # was: ignored
     (("compile", "--dump-dir", ""), "--dump-dir: empty"),
+    # was: N=5 planned with Cora's 13264 edges (and its METIS partitions)
+    (("plan", "--np", "2", "--data", "cora", "--dims", "N=5"), "--dims N: the graph of --data has N = 2708"),
+    (("plan", "--np", "2", "--data", "cora", "--dims", "E=9"), "--dims E: the graph of --data has E = "),
 ])
 def test_malformed_planning_options_are_usage_errors(capsys, argv, message):
     with pytest.raises(SystemExit) as e:
         main([argv[0], str(PROGRAMS / "gcn.gd"), *argv[1:]])
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_feature_dims_may_override_the_data(capsys):
+    rc, out, _ = run(capsys, "plan", str(PROGRAMS / "gcn.gd"), "--np", "2", "--data", "cora", "--dims", "F=512")
+    assert rc == 0 and "layer widths [512, 16, 7], N=2708, E=13264" in out
 
 
 def test_symbolic_plan_names_the_dims_still_missing(capsys):

@@ -110,6 +110,22 @@ def test_checkpoint_path_that_is_a_file_is_refused_before_training(tmp_path):
     assert r.returncode == 1 and errors(r) == [f"gdsl: error: --checkpoint {f / 'sub'}: {f} is not a directory"]
 
 
+def test_a_delay_beyond_the_epochs_is_refused_before_partitioning(tmp_path):
+    """Was accepted: --delay 1000000 built a million bins per aggregation
+    (minutes, gigabytes) for a pipeline that never delivers."""
+    r = gdsl("run", GCN, "--np", "2", "--partition", "vertex_cut", "--delay", "1000000", "--epochs", "3")
+    assert r.returncode == 1
+    (line,) = errors(r)
+    assert line.startswith("gdsl: error: delay = 1000000 (--delay or the schedule's delay): cd-r delivers")
+    assert "give r <= 3" in line and "partitioned" not in r.stderr
+    # a partition written with that delay is refused the same way
+    parts = tmp_path / "parts"
+    r = gdsl("partition", GCN, "--np", "2", "--partition", "vertex_cut", "--delay", "50", "--out", str(parts))
+    assert r.returncode == 0, r.stderr
+    r = gdsl("run", GCN, "--np", "2", "--parts", str(parts), "--epochs", "3")
+    assert r.returncode == 1 and "delay = 50" in errors(r)[0]
+
+
 def test_json_destination_is_checked_before_training(tmp_path):
     r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--json", str(tmp_path))
     assert r.returncode == 1

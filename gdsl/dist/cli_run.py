@@ -106,6 +106,33 @@ def _check_existing(parts: Path, P: int, prog, graph, partition: str | None) -> 
     return h
 
 
+def check_backend(backend: str | None) -> None:
+    """The ranks' --backend can run here (numba installed; triton installed
+    and a GPU, or TRITON_INTERPRET=1): checked before the graph is
+    partitioned, not found out by every rank."""
+    if backend == "numba":
+        import importlib.util
+        if importlib.util.find_spec("numba") is None:
+            raise GdslError("backend 'numba' needs the numba package; pip install 'gdsl[numba]'")
+    elif backend == "triton":
+        from gdsl.backends.triton import require_backend
+        require_backend()
+
+
+def check_delay(delay, epochs: int) -> None:
+    """cd-r (DistGNN §5.3): a leaf's partial aggregate reaches its root r
+    epochs after it is sent; an r beyond the epochs trained delivers nothing
+    (and keeps r bins per aggregation), so it is refused."""
+    if isinstance(delay, int) and not isinstance(delay, bool) and delay > epochs:
+        raise GdslError(f"delay = {delay} (--delay or the schedule's delay): cd-r delivers a remote partial aggregate r epochs after it is sent, and "
+                        f"this run trains {epochs} epochs; give r <= {epochs} (or --delay none: no remote "
+                        "contributions at all)")
+
+
+def _epochs(args, prog) -> int:
+    return args.epochs or prog.train.epochs
+
+
 def check_outputs(args) -> None:
     """--json FILE and --checkpoint DIR can be written: checked before the
     ranks start, not found out after training."""
@@ -153,6 +180,7 @@ def run_distributed(args, prog, graph, data) -> int:
     P = args.np_
     if P < 1:
         raise GdslError(f"--np must be at least 1, got {P}")
+    check_backend(getattr(args, "backend", None))
     check_outputs(args)
     tmp = None
     launched = False
@@ -162,12 +190,14 @@ def run_distributed(args, prog, graph, data) -> int:
         try:
             if args.parts and part_path(args.parts, 0).exists():
                 h = _check_existing(Path(args.parts), P, prog, graph, args.partition)
+                check_delay((h.get("spec") or {}).get("delay"), _epochs(args, prog))
                 _check_resume(args, P, prog, h.get("graph"), h.get("strategy"))
                 parts = args.parts
                 print(f"gdsl run: using the partition in {parts}", file=sys.stderr)
             else:
                 spec = choose_spec(prog, graph, P, args.partition, args.delay, args.halo, args.seed,
                                    args.mem_per_rank)
+                check_delay(spec.delay, _epochs(args, prog))
                 _check_resume(args, P, prog, graph_key(graph), spec.describe())
                 parts = args.parts or (tmp := temp_parts_dir())
                 info = write_partition(prog, graph, spec, P, parts)
@@ -204,13 +234,16 @@ def _run_as_rank(args, prog, graph) -> int:
     err = None
     if comm.Get_rank() == 0:
         try:
+            check_backend(getattr(args, "backend", None))
             check_outputs(args)
             if not part_path(parts, 0).exists():
                 spec = choose_spec(prog, graph, size, args.partition, args.delay, args.halo, args.seed,
                                    args.mem_per_rank)
+                check_delay(spec.delay, _epochs(args, prog))
                 write_partition(prog, graph, spec, size, parts)
+            h = read_header(part_path(parts, 0))
+            check_delay((h.get("spec") or {}).get("delay"), _epochs(args, prog))
             if args.resume:
-                h = read_header(part_path(parts, 0))
                 _check_resume(args, size, prog, h.get("graph"), h.get("strategy"))
         except GdslError as e:
             err = str(e)
