@@ -325,6 +325,12 @@ def cmd_compile(args, parser) -> int:
     dims, edges, graph = None, None, None
     if args.np_ is not None and (args.np_ < 1 or not args.data):
         parser.error("--np needs a positive P and --data (use `gdsl plan` for symbolic sizes)")
+    if args.mem_per_rank is not None and args.np_ is None:
+        parser.error("--mem-per-rank needs --np P (it is the budget of each rank of the plan --np chooses)")
+    dumping = bool(args.dump_dir or args.print_ir_after_all or args.print_ir_after)
+    if args.np_ is not None and args.emit in ("ast", "ir") and not dumping:
+        parser.error(f"--np chooses a plan in the pass pipeline, which --emit {args.emit} stops before; "
+                     "use --emit ir-opt (or --print-ir-after PASS) to see it")
     if args.data:
         dims, edges, graph = _data_dims(source, args, want_graph=True)
     if args.dump_dir is not None and not args.dump_dir.strip():
@@ -343,7 +349,6 @@ def cmd_compile(args, parser) -> int:
         if dump_dir:
             write_atomic(dump_dir / f"{step[0]:02d}-{name}.ir", text)   # never through a symlink there
 
-    dumping = bool(dump_dir or args.print_ir_after_all or args.print_ir_after)
     emit = args.emit or (None if dumping else "ir-opt")
     lowered: list[str] = []
 

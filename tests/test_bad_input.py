@@ -349,6 +349,9 @@ def test_partition_specs_are_parsed_strictly(spec, message):
     (("plan", "--np", "4", "--mem-per-rank", "0.0001K"), "--mem-per-rank must be at least one byte"),
     (("plan", "--np", "4", "--dims", ","), "--dims: empty"),                                # was: ignored
     (("compile", "--dump-dir", ""), "--dump-dir: empty"),
+    (("compile", "--mem-per-rank", "4G"), "--mem-per-rank needs --np P"),                 # was: ignored
+    (("compile", "--np", "2", "--data", "cora", "--emit", "ir"), "which --emit ir stops before"),  # was: ignored
+    (("compile", "--np", "2", "--data", "cora", "--emit", "ast"), "which --emit ast stops before"),
     # was: N=5 planned with Cora's 13264 edges (and its METIS partitions)
     (("plan", "--np", "2", "--data", "cora", "--dims", "N=5"), "--dims N: the graph of --data has N = 2708"),
     (("plan", "--np", "2", "--data", "cora", "--dims", "E=9"), "--dims E: the graph of --data has E = "),
