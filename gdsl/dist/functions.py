@@ -30,9 +30,14 @@ from gdsl.diagnostics import GdslError
 from gdsl.dist.comm import Comm, host
 
 
-def _index(a: np.ndarray, device: torch.device) -> torch.Tensor:
-    """An int64 index array of the partition as a tensor on the rank's device."""
-    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64)).to(device)
+def as_tensor(a: np.ndarray, device: torch.device | str, dtype=None) -> torch.Tensor:
+    """A partition array as a tensor on the rank's device (no copy on the CPU
+    when `dtype` is the array's own)."""
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=dtype)).to(device)
+
+
+def _index(a: np.ndarray, device: torch.device | str) -> torch.Tensor:
+    return as_tensor(a, device, np.int64)
 
 
 class _Fn(torch.autograd.Function):

@@ -52,25 +52,20 @@ def _rows2d(h: torch.Tensor) -> torch.Tensor:
     return h.reshape(h.shape[0], int(np.prod(h.shape[1:], dtype=np.int64)))
 
 
-def _tensor(a: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A partition array as a tensor on the rank's device (no copy on the CPU)."""
-    return torch.from_numpy(np.ascontiguousarray(a)).to(device)
-
-
 def _view(own_pos: np.ndarray, src, dst, in_deg, out_deg, edata: dict, graph, device: torch.device) -> GraphData:
     """A GraphData over local arrays, on the rank's device: vertex values are
     the rows `own_pos` of the local space; `src` indexes the local space,
     `dst` the vertex rows."""
     gd = GraphData.__new__(GraphData)
     gd.graph, gd.num_nodes = graph, int(own_pos.size)
-    gd.src, gd.dst = _tensor(src, device), _tensor(dst, device)
-    ind, outd = _tensor(in_deg, device), _tensor(out_deg, device)
-    pos = _tensor(own_pos, device)
+    gd.src, gd.dst = fn.as_tensor(src, device), fn.as_tensor(dst, device)
+    ind, outd = fn.as_tensor(in_deg, device), fn.as_tensor(out_deg, device)
+    pos = fn.as_tensor(own_pos, device)
     ind_own, outd_own = ind[pos], outd[pos]
     gd.vertex_env = {"degree": ind_own, "out_degree": outd_own}
     gd.edge_env = {"src_degree": ind[gd.src], "dst_degree": ind_own[gd.dst],
                    "src_out_degree": outd[gd.src], "dst_out_degree": outd_own[gd.dst],
-                   **{k: _tensor(v, device) for k, v in edata.items()}}
+                   **{k: fn.as_tensor(v, device) for k, v in edata.items()}}
     return gd
 
 
@@ -95,9 +90,9 @@ class DistModule(ReferenceModule):
         self.spec = part.spec
         strategy = self.spec.strategy
         self.graph = SimpleNamespace(
-            features=None if part.features is None else _tensor(part.features, dev),
-            labels=None if part.labels is None else _tensor(part.labels, dev),
-            masks={k: _tensor(v, dev) for k, v in part.masks.items()}, ndata={}, edata={})
+            features=None if part.features is None else fn.as_tensor(part.features, dev),
+            labels=None if part.labels is None else fn.as_tensor(part.labels, dev),
+            masks={k: fn.as_tensor(v, dev) for k, v in part.masks.items()}, ndata={}, edata={})
         self.gd = _view(part.own_pos, part.src, part.dst, part.in_degree, part.out_degree, part.edata, self.graph,
                         dev)
         self.full = None
@@ -111,7 +106,7 @@ class DistModule(ReferenceModule):
         # global ids of my rows and edges, in host memory: the dropout masks are drawn there
         self.row_gid = torch.from_numpy(part.owned_rows)
         self.edge_gid = torch.from_numpy(part.eid)
-        self.counted = _tensor(part.counted, dev)
+        self.counted = fn.as_tensor(part.counted, dev)
         self._create_params(module)   # drawn on the host, as one process draws them
         self.to(dev)
         self.feature_input = next((op.attrs["name"] for op in module.main.ops
