@@ -124,9 +124,9 @@ def check_delay(delay, epochs: int) -> None:
     epochs after it is sent; an r beyond the epochs trained delivers nothing
     (and keeps r bins per aggregation), so it is refused."""
     if isinstance(delay, int) and not isinstance(delay, bool) and delay > epochs:
-        raise GdslError(f"delay = {delay} (--delay or the schedule's delay): cd-r delivers a remote partial aggregate r epochs after it is sent, and "
-                        f"this run trains {epochs} epochs; give r <= {epochs} (or --delay none: no remote "
-                        "contributions at all)")
+        raise GdslError(f"delay = {delay} (--delay or the schedule's delay): cd-r delivers a remote partial "
+                        f"aggregate r epochs after it is sent, and this run trains {epochs} epochs; give "
+                        f"r <= {epochs} (or --delay none: no remote contributions at all)")
 
 
 def _epochs(args, prog) -> int:
