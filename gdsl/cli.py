@@ -206,7 +206,7 @@ def _mem_per_rank(args, parser) -> int | None:
 def cmd_plan(args, parser) -> int:
     from gdsl.compiler import compile_source, read_source
     from gdsl.cost.choose import NoPlanFits
-    from gdsl.planning import parse_bytes, plan
+    from gdsl.planning import idle_ranks_warning, parse_bytes, plan
 
     if args.np_ < 1:
         parser.error("--np must be at least 1")
@@ -250,6 +250,8 @@ def cmd_plan(args, parser) -> int:
         result = plan(lowered, {**dims, **row}, args.np_, mem, args.approximate, profile=profile, graph=graph)
     except NoPlanFits as e:
         raise GdslError(str(e)) from None
+    if "N" in row and (idle := idle_ranks_warning(args.np_, row["N"])):
+        print(f"gdsl plan: warning: {idle}", file=sys.stderr)
     widths = ", ".join(str(w) for w in result.widths)
     print(f"plan for {args.program}: P={args.np_}, layer widths [{widths}]"
           + (f", N={row['N']}, E={row['E']}" if "N" in row and "E" in row else ""))

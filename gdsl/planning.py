@@ -135,6 +135,15 @@ def _hinted(choice: Choice, hint: str, delay, P: int) -> tuple[Choice, bool]:
                                                   "by the cost model, so this choice is the model's"), False
 
 
+def idle_ranks_warning(P: int, N: int) -> str | None:
+    """The warning for more ranks than vertices: a plan that splits the
+    vertices leaves ranks without any (they still join every collective)."""
+    if P <= N:
+        return None
+    return (f"{P} ranks for {N} vertices: a plan that splits the vertices leaves at least {P - N} "
+            f"rank{'s' if P - N > 1 else ''} with none")
+
+
 def parse_bytes(text: str) -> float:
     units = {"K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30, "T": 2 ** 40}
     t = text.strip().upper().removesuffix("IB").removesuffix("B")

@@ -1,6 +1,8 @@
 """Small graphs and hand-written torch models shared by tests."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 import gdsl
@@ -58,3 +60,31 @@ def gat_conv(x, W, al, ar, b, src, dst, n):
     den = torch.zeros(n, heads).index_add(0, dst, p)
     alpha = p / den[dst]
     return torch.zeros(n, heads, dout).index_add(0, dst, alpha[:, :, None] * z[src]) + b
+
+
+def check_double_module(backend: str) -> None:
+    """`model.double()` converts the compiled constants and sparse matrices
+    too (they are not buffers): the module then takes and returns float64, its
+    gradients pass gradcheck, and a float32 input is refused with the dtype to
+    use (was: float32 required whatever the params)."""
+    import pytest
+    import torch
+
+    from gdsl.diagnostics import GdslError
+    g = random_graph(n=12, e=40, f=3, c=2)
+    src = (Path(__file__).parent.parent / "programs" / "gcn.gd").read_text()
+    prog = gdsl.compile(src.replace("relu(", "elu("))   # smooth: gradcheck's finite differences
+    torch.manual_seed(0)
+    ref = prog.module(g, backend="reference").eval()
+    m = prog.module(g, backend=backend).double().eval()
+    m.load_state_dict(ref.state_dict())   # cast to the float64 params
+    assert m.dtype == torch.float64 and all(p.dtype == torch.float64 for p in m.parameters())
+    x = g.features.double().requires_grad_()
+    out = m(x)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out.float(), ref(g.features), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(m(), out)   # the graph's float32 features, cast
+    assert torch.autograd.gradcheck(m, (x,))
+    with pytest.raises(GdslError, match=r"must be float64 .*got torch.float32; use x.to\(torch.float64\)"):
+        m(g.features)
+    assert m.float()(g.features).dtype == torch.float32   # and back

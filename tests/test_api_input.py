@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import gdsl
+from helpers import check_double_module
 from gdsl.diagnostics import CompileError, GdslError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +68,7 @@ def test_module_needs_a_graph_and_a_backend_name():
     (torch.ones(4, 3, 1), r"must have shape \[4, 3\] .*got \[4, 3, 1\]"),   # was: broadcast to a [4, 3, 2] output
     (torch.ones(4, 5), r"must have shape \[4, 3\] .*got \[4, 5\]"),
     (torch.ones(7, 3), r"must have shape \[4, 3\] .*got \[7, 3\]"),
-    (torch.ones(4, 3, dtype=torch.float64), "must be float32 .*got torch.float64; use x.float"),
+    (torch.ones(4, 3, dtype=torch.float64), r"must be float32 .*got torch.float64; use x.to\(torch.float32\)"),
     ([[1.0] * 3] * 4, "must be a torch.Tensor of shape \\[4, 3\\], got list"),
 ])
 def test_module_input_is_checked(backend, x, message):
@@ -77,6 +78,14 @@ def test_module_input_is_checked(backend, x, message):
     with pytest.raises(GdslError, match=message):
         m(x)
     assert m(torch.ones(4, 3, dtype=torch.int64)).shape == (4, 2)   # integers: converted
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_double_module_runs_in_float64_and_passes_gradcheck(backend):
+    """(triton: in test_triton_backend, which sets TRITON_INTERPRET before the import)"""
+    if backend == "numba":
+        pytest.importorskip("numba")
+    check_double_module(backend)
 
 
 def test_loss_checks_the_output_width():

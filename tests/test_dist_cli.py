@@ -416,6 +416,8 @@ def test_more_ranks_than_vertices_from_the_command_line(tmp_path):
     r = gdsl("run", GCN, "--data", n1, "--np", "3", "--partition", "rows", "--epochs", "2", "--json", str(many))
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr and "error" not in r.stderr
+    assert "gdsl run: warning: 3 ranks for 1 vertices: a plan that splits the vertices leaves at least 2 ranks " \
+           "with none" in r.stderr
     want, got = ([e["loss"] for e in json.loads(f.read_text())["epochs"]] for f in (one, many))
     assert got == pytest.approx(want, rel=1e-5) and want[0] > 0
 

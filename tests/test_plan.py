@@ -31,6 +31,15 @@ def test_plan_symbolic_without_sizes():
     assert "flops=2*E*F" in out
 
 
+def test_plan_warns_of_more_ranks_than_vertices():
+    code, out, err = run_gdsl(["plan", GCN, "--dims", "N=3,E=4", "--np", "4"])
+    assert code == 0, err
+    assert "gdsl plan: warning: 4 ranks for 3 vertices: a plan that splits the vertices leaves at least 1 rank " \
+           "with none" in err
+    assert "P=4" in out
+    assert "warning" not in run_gdsl(["plan", GCN, "--dims", "N=4,E=4", "--np", "4"])[2]
+
+
 def test_plan_dims_and_memory_budget():
     code, out, err = run_gdsl(["plan", str(ROOT / "programs" / "sage.gd"), "--dims", "N=2400000,E=124000000,F=100,C=47",
                                "--np", "64", "--mem-per-rank", "8G"])

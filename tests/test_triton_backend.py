@@ -26,7 +26,7 @@ import gdsl  # noqa: E402
 from filecheck_runner import run_gdsl  # noqa: E402
 from gdsl.backends.triton import NO_GPU, interpret_mode  # noqa: E402
 from gdsl.diagnostics import GdslError  # noqa: E402
-from helpers import random_graph  # noqa: E402
+from helpers import check_double_module, random_graph  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = sorted([*(ROOT / "programs").glob("*.gd"), *(ROOT / "programs" / "extra").glob("*.gd")])
@@ -105,6 +105,11 @@ def test_training_matches_reference(name):
     r2 = train(prog, g, backend="triton", epochs=3, seed=5)
     assert [e.loss for e in r2.epochs] == pytest.approx([e.loss for e in r1.epochs], rel=1e-4)
     assert [e.metrics for e in r2.epochs] == [e.metrics for e in r1.epochs]
+
+
+@needs_kernels
+def test_double_module_runs_in_float64_and_passes_gradcheck():
+    check_double_module("triton")
 
 
 @needs_kernels

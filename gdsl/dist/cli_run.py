@@ -174,6 +174,7 @@ def run_distributed(args, prog, graph, data) -> int:
         under_launcher,
     )
     from gdsl.dist.run import graph_key, write_partition
+    from gdsl.planning import idle_ranks_warning
 
     if under_launcher():
         return _run_as_rank(args, prog, graph)
@@ -204,6 +205,8 @@ def run_distributed(args, prog, graph, data) -> int:
                 extra = f", replication factor {info['replication_factor']}" if "replication_factor" in info else ""
                 print(f"gdsl run: {spec.describe()} over {P} ranks{'' if spec.exact else ' (approximate)'}; "
                       f"partitioned in {info['seconds']:.2f} s{extra}", file=sys.stderr)
+                if spec.strategy != "replicate" and (idle := idle_ranks_warning(P, graph.num_nodes)):
+                    print(f"gdsl run: warning: {idle}", file=sys.stderr)
             launched = True
             return launch(worker_args(args, prog, parts), P, temp_dirs=[tmp] if tmp else None)
         except (KeyboardInterrupt, Terminated) as e:

@@ -239,6 +239,9 @@ class NumbaModule(ReferenceModule):
         self._exact: dict[Op, bool] = {}
         self._mask_rows = None
 
+    def _converted(self) -> None:
+        self._wperm = {}   # edge weights permuted to CSR order, from the converted constants
+
     def kernel_plan(self) -> list[tuple[str, str]]:
         """(op, 'numba <kernel> <signature>' or 'torch') for each fused op."""
         out = []

@@ -81,11 +81,12 @@ def _align_pair(xa, ta: Type, xb, tb: Type, mode: str | None):
     return _align(xa, ta, rank, lead), _align(xb, tb, rank, lead)
 
 
-def check_features(x, rows: int, shape) -> torch.Tensor:
+def check_features(x, rows: int, shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The features a caller passes to the module (`model(x)`): a tensor of the
-    graph's rows and the declared feature shape; float32, as the params (an
-    integer or bool tensor is converted; another float dtype is refused, as
-    torch's own layers do)."""
+    graph's rows and the declared feature shape, of the params' dtype (float32
+    unless the module was converted, e.g. `model.double()`; an integer or bool
+    tensor is converted; another float dtype is refused, as torch's own layers
+    do)."""
     want = [rows] + [int(d) for d in shape]
     if not isinstance(x, torch.Tensor):
         raise GdslError(f"the model's input must be a torch.Tensor of shape {want}, got {type(x).__name__}")
@@ -93,10 +94,12 @@ def check_features(x, rows: int, shape) -> torch.Tensor:
         raise GdslError(f"the model's input must have shape {want} (the graph's {rows} vertices x the declared "
                         f"features), got {list(x.shape)}")
     if x.dtype.is_floating_point or x.dtype.is_complex:
-        if x.dtype != torch.float32:
-            raise GdslError(f"the model's input must be float32 (the params' dtype), got {x.dtype}; use x.float()")
+        if x.dtype != dtype:
+            name = str(dtype).removeprefix("torch.")
+            raise GdslError(f"the model's input must be {name} (the params' dtype), got {x.dtype}; "
+                            f"use x.to(torch.{name})")
         return x
-    return x.to(torch.float32)
+    return x.to(dtype)
 
 
 class ReferenceModule(nn.Module):
@@ -191,13 +194,39 @@ class ReferenceModule(nn.Module):
         if t.domain == "edge":
             if name not in self.gd.edge_env:
                 raise KeyError(f"the graph has no edge data '{name}' for input {name}")
-            v = self.gd.edge_env[name]
-            return v
+            return self._as_dtype(self.gd.edge_env[name])
         if name == self.feature_input:
-            return g.features if x is None else check_features(x, g.num_nodes, t.shape)
+            return self._as_dtype(g.features) if x is None else check_features(x, g.num_nodes, t.shape, self.dtype)
         if name not in g.ndata:
             raise KeyError(f"the graph has no vertex data '{name}' for input {name}")
-        return g.ndata[name]
+        return self._as_dtype(g.ndata[name])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The params' dtype: float32 unless the module was converted (`model.double()`)."""
+        p = next(iter(self._params.values()), None)
+        return torch.float32 if p is None else p.dtype
+
+    def _as_dtype(self, v):
+        """Float graph data in the params' dtype (as stored when that is float32)."""
+        if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dtype != self.dtype:
+            return v.to(self.dtype)
+        return v
+
+    def _apply(self, fn, recurse=True):
+        """`model.double()`, `model.to(dtype or device)`: the compiled constants
+        (edge weights, degrees) and torch.sparse matrices, which are not
+        buffers, follow the params, so a float64 module runs in float64
+        throughout (torch.autograd.gradcheck)."""
+        super()._apply(fn, recurse)
+        if hasattr(self, "_consts"):
+            self._consts = {k: (fn(t) if isinstance(t, torch.Tensor) else t) for k, t in self._consts.items()}
+            self._spmm = {k: fn(a) for k, a in getattr(self, "_spmm", {}).items()}
+            self._converted()
+        return self
+
+    def _converted(self) -> None:
+        """Hook: drop caches derived from the constants after `_apply`."""
 
     def forward(self, x: torch.Tensor | None = None) -> torch.Tensor:
         if self.training:
