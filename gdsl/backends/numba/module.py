@@ -320,6 +320,7 @@ class NumbaModule(ReferenceModule):
         op = self.loss_op
         if op is None or op.attrs["mask"] == "all" or op.attrs["fn"] not in ("cross_entropy", "nll"):
             return super().loss(out)
+        self.check_loss_output(out)
         mask = self.graph.masks.get(op.attrs["mask"])
         if mask is None or mask.dtype != torch.bool or mask.shape[0] != out.shape[0]:
             return super().loss(out)

@@ -249,8 +249,9 @@ class ReferenceModule(nn.Module):
             env[op.result] = self.run_op(op, [env[v] for v in op.operands], x)
         return env[self.ir.main.results[0]]
 
-    def loss(self, out: torch.Tensor) -> torch.Tensor:
-        """The train block's loss of model output `out`."""
+    def check_loss_output(self, out) -> None:
+        """`out` has the model output's shape (any rows): else a GdslError, not
+        torch's error (or silence) deep in the loss."""
         op = self.loss_op
         if op is None:
             raise RuntimeError("the program has no train block with a loss")
@@ -258,6 +259,11 @@ class ReferenceModule(nn.Module):
         if not isinstance(out, torch.Tensor) or out.dim() < 1 or tuple(out.shape[1:]) != want:
             got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise GdslError(f"loss: the model's output is [rows, {', '.join(map(str, want))}], got {got}")
+
+    def loss(self, out: torch.Tensor) -> torch.Tensor:
+        """The train block's loss of model output `out`."""
+        op = self.loss_op
+        self.check_loss_output(out)
         target = self._input(op.operands[1].owner, None)
         mask = self.graph.masks.get(op.attrs["mask"]) if op.attrs["mask"] != "all" else None
         if mask is not None:

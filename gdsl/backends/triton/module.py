@@ -153,6 +153,7 @@ class TritonModule(ReferenceModule):
         return super().dropout_keep(op, x, gen, p).to(x.device)
 
     def loss(self, out: torch.Tensor) -> torch.Tensor:
+        self.check_loss_output(out)
         return super().loss(out.to(self.device))
 
     # ---- running
