@@ -206,12 +206,12 @@ def _mem_per_rank(args, parser) -> int | None:
 def cmd_plan(args, parser) -> int:
     from gdsl.compiler import compile_source, read_source
     from gdsl.cost.choose import NoPlanFits
-    from gdsl.planning import idle_ranks_warning, parse_bytes, plan
+    from gdsl.planning import idle_ranks_warning, plan
 
     if args.np_ < 1:
         parser.error("--np must be at least 1")
     if args.json:
-        from gdsl.runtime.trainer import check_json_path
+        from gdsl.runtime.files import check_json_path
         check_json_path(args.json)   # before the planning, not after it
     source = read_source(args.program)
     dims: dict[str, int] = {}
@@ -271,7 +271,7 @@ def cmd_plan(args, parser) -> int:
     print("\n* chosen  P Pareto (time vs memory)  ! over the memory per rank")
     print(f"choice: {result.choice.best.name}\nwhy: {result.choice.reason}")
     if args.json:
-        from gdsl.runtime.trainer import write_json
+        from gdsl.runtime.files import write_json
         write_json(args.json, {
             "P": args.np_, "widths": [int(w) for w in result.widths], **row,
             "choice": result.choice.best.name, "reason": result.choice.reason,
@@ -293,7 +293,7 @@ def cmd_calibrate(args, parser) -> int:
     if args.np_ < 2:
         parser.error("--np must be at least 2 (the ping-pong needs two ranks)")
     if args.out:
-        from gdsl.runtime.trainer import check_json_path
+        from gdsl.runtime.files import check_json_path
         check_json_path(args.out, "--out")   # before measuring, not after
     backends = BACKENDS if args.backend == "all" else (args.backend,)
     if args.backend == "all":
@@ -317,7 +317,7 @@ def cmd_compile(args, parser) -> int:
     from gdsl.frontend.ast import dump
     from gdsl.ir.printer import print_module
     from gdsl.passes.pipeline import pass_names
-    from gdsl.runtime.trainer import write_atomic
+    from gdsl.runtime.files import write_atomic
 
     names = pass_names()
     for p in args.print_ir_after:
@@ -360,7 +360,6 @@ def cmd_compile(args, parser) -> int:
         after(name, module)
 
     stop = "lower" if emit in ("ast", "ir") and not dumping else None
-    from gdsl.planning import parse_bytes
     compiled = compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser),
                               train=args.train, stop_after=stop, after_each=after_and_keep,
                               ranks=args.np_, edges=edges, graph=graph,

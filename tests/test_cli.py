@@ -132,3 +132,22 @@ def test_real_process_exit_codes_and_no_traceback(tmp_path):
     assert "Traceback" not in r.stderr
     r = subprocess.run([sys.executable, "-m", "gdsl", "compile"], capture_output=True, text=True, env=env)
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_compile_and_plan_without_data_do_not_import_torch(tmp_path):
+    """torch takes a second or more to import; `gdsl compile` (also with
+    --dump-dir) and `gdsl plan` (also with --json) without --data do not
+    need it (was: imported through the trainer for its file helpers)."""
+    root = Path(__file__).resolve().parent.parent
+    code = (
+        "import sys\n"
+        "from gdsl.cli import main\n"
+        f"assert main(['compile', {str(root / 'programs' / 'gcn.gd')!r}, '--dump-dir', {str(tmp_path / 'd')!r}]) == 0\n"
+        f"assert main(['plan', {str(root / 'programs' / 'gcn.gd')!r}, '--np', '4', '--dims', 'N=1000,E=5000,F=64,C=7',"
+        f" '--json', {str(tmp_path / 'p.json')!r}]) == 0\n"
+        "assert 'torch' not in sys.modules, 'torch was imported'\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "p.json").exists() and any((tmp_path / "d").iterdir())

@@ -137,7 +137,7 @@ def check_outputs(args) -> None:
     """--json FILE and --checkpoint DIR can be written: checked before the
     ranks start, not found out after training."""
     if getattr(args, "json", None):
-        from gdsl.runtime.trainer import check_json_path
+        from gdsl.runtime.files import check_json_path
         check_json_path(args.json)
     if getattr(args, "checkpoint", None):
         p = Path(args.checkpoint)
