@@ -239,3 +239,17 @@ def test_network_timeout_kills_the_ranks_and_says_so():
 
     with pytest.raises(GdslError, match=r"did not finish in 0.3 s"):
         measure_network(2, [8, 1 << 24], reps=10 ** 6, timeout=0.3)
+
+
+def test_summary_columns_stay_apart_with_wide_values():
+    """(was: `8.32e+03 us3.52e+03 GB/s` when a value filled its column)"""
+    from gdsl.cost.calibrate import summary
+    fit = {"alpha": 8.32e-3, "bandwidth": 3.52e12, "beta": 1.234e-10}
+    text = summary({
+        "machine": {"hostname": "h", "cpu": "c", "cores": 2},
+        "network": {"mpi_library": "m", "np": 2, "same_machine": True, "pingpong_fit": fit, "allreduce_fit": fit},
+        "per_backend": {"numba-with-a-long-name": {"gamma_spmm": 1.23e13, "gamma_gemm": 4.56e13}},
+        "backend": "numba-with-a-long-name",
+    })
+    assert "8.32e+03 us 3.52e+03 GB/s  1.23e-10 s/word" in text
+    assert "numba-with-a-long-name (used) 1.23e+04 GB/s 4.56e+04 GFLOP/s" in text

@@ -464,8 +464,9 @@ def summary(profile: dict, path: Path | None = None) -> str:
         lines.append("")
         lines.append(f"{'network':<22}{'alpha':>10}{'bandwidth':>13}{'beta':>16}")
         for label, fit in (("ping-pong (used)", net["pingpong_fit"]), ("allreduce", net["allreduce_fit"])):
-            lines.append(f"{label:<22}{fit['alpha'] * 1e6:>7.3g} us{fit['bandwidth'] / 1e9:>8.3g} GB/s"
-                         f"{fit['beta']:>10.3g} s/word")
+            # a space before each column, so wide values (8.32e+03) stay apart
+            lines.append(f"{label:<22}{fit['alpha'] * 1e6:>7.3g} us {fit['bandwidth'] / 1e9:>7.3g} GB/s"
+                         f" {fit['beta']:>9.3g} s/word")
         lines.append("")
     lines.append(f"{'backend':<22}{'SpMM':>10}{'GEMM':>16}   compile")
     for b, v in profile["per_backend"].items():
@@ -473,7 +474,7 @@ def summary(profile: dict, path: Path | None = None) -> str:
         if "compile_s" in v:
             comp = f"{v['compile_s']:.2f} s" + (" (disk cache)" if v.get("compile_from_cache") else "")
         mark = " (used)" if b == profile.get("backend") else ""
-        lines.append(f"{b + mark:<22}{v['gamma_spmm'] / 1e9:>5.3g} GB/s{v['gamma_gemm'] / 1e9:>9.3g} GFLOP/s   {comp}")
+        lines.append(f"{b + mark:<21} {v['gamma_spmm'] / 1e9:>5.3g} GB/s {v['gamma_gemm'] / 1e9:>8.3g} GFLOP/s   {comp}")
     for w in profile.get("warnings", []):
         lines.append(f"warning: {w}")
     if path is not None:
