@@ -107,8 +107,13 @@ def ref_aggregate(gr: G, x, w, msg, reduce, to):
             deg = torch.bincount(row, minlength=gr.n).clamp(min=1).to(m.dtype)
             out = out / _pad(deg, out.dim())
         return out
+    # start at -inf (+inf): scatter_reduce's backward counts a start equal to
+    # the result as one more tie, so a zero start would halve a max of 0's gradient
     idx = _pad(row, m.dim()).expand_as(m)
-    return out.scatter_reduce(0, idx, m, "amax" if reduce == "max" else "amin", include_self=False)
+    start = out.new_full(out.shape, float("-inf") if reduce == "max" else float("inf"))
+    out = start.scatter_reduce(0, idx, m, "amax" if reduce == "max" else "amin", include_self=False)
+    has = _pad(torch.bincount(row, minlength=gr.n) > 0, out.dim())
+    return torch.where(has, out, out.new_zeros(()))
 
 
 def ref_edge_softmax(gr: G, s):
@@ -230,6 +235,40 @@ def test_aggregate_float64(variant):
         # (fast mode) otherwise: each kernel launch costs tens of microseconds
         # and the hub's 3000 edges make full Jacobians slow
         assert torch.autograd.gradcheck(f, inputs, fast_mode=not (gr is SMALL and to == "dst"))
+
+
+def tie_inputs(gr: G, kind, msg, seed=0):
+    """Small integers: many tied messages per row."""
+    gen = torch.Generator().manual_seed(seed)
+    xs, ws = SHAPES[kind]
+    x = torch.randint(-1, 2, (gr.n,) + xs, generator=gen).to(F64) if xs is not None else None
+    w = None
+    if ws is not None:
+        w = torch.randint(-1, 2, (gr.e,) + ws, generator=gen).to(F64)
+        if msg == "div":   # +-1, +-2
+            w = torch.where(w >= 0, 1.0, -1.0) * (1 + torch.randint(0, 2, w.shape, generator=gen))
+    return x, w
+
+
+@pytest.mark.parametrize("variant", [v for v in VARIANTS if v[1] in ("max", "min")], ids=_vid)
+def test_aggregate_ties_share_the_gradient(variant):
+    """Tied messages (as after a relu, or from equal rows) share each output
+    element's gradient evenly, as torch's scatter_reduce does in the reference
+    (was: all of it to the one edge the kernel kept)."""
+    msg, reduce, to, kind = variant
+    for gr in (SMALL, HUB):
+        x, w = tie_inputs(gr, kind, msg)
+        xs = [t.clone().requires_grad_() if t is not None else None for t in (x, x)]
+        ws = [t.clone().requires_grad_() if t is not None else None for t in (w, w)]
+        got = aggregate(gr.g, xs[0], ws[0], msg, reduce, to)
+        want = ref_aggregate(gr, xs[1], ws[1], msg, reduce, to)
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        gout = torch.randn(got.shape, generator=torch.Generator().manual_seed(3), dtype=F64)
+        got.backward(gout)
+        want.backward(gout)
+        for a, b in ((xs[0], xs[1]), (ws[0], ws[1])):
+            if a is not None:
+                torch.testing.assert_close(a.grad, b.grad, rtol=1e-12, atol=1e-12)
 
 
 F32_VARIANTS = [("copy_src", "sum", "dst", "copy_src"), ("copy_src", "max", "src", "copy_src"),

@@ -135,3 +135,40 @@ def test_broadcast_mode_does_not_depend_on_equal_sizes():
     model.eval()
     # with W = 0 every message is 0, so out = mean over heads of the bias row
     torch.testing.assert_close(model(), torch.tensor([1.0, 2.0, 3.0]).expand(g.num_nodes, 3))
+
+
+MAX_MIN = """graph G
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train
+layer L(h: [d]) -> [d] {
+    scatter m = src.h
+    gather  a = REDUCE(m)
+    return a
+}
+model M { return L(X) }
+train t { model = M; loss = cross_entropy(Y, mask = train); epochs = 1 }
+"""
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+@pytest.mark.parametrize("reduce", ["max", "min"])
+def test_max_min_of_zero_and_ties_keep_the_whole_gradient(backend, reduce):
+    """Vertex 3 takes the max (min) of x0 = 0 and x1 = -1 (+1): all of the
+    gradient goes to x0 (was: half of it, lost to torch's zero start);
+    vertex 4 takes it of two equal values x0 and x2: half each; vertex 5,
+    with no in-edge, is 0."""
+    if backend == "numba":
+        pytest.importorskip("numba")
+    sign = 1.0 if reduce == "max" else -1.0
+    x = torch.tensor([[0.0, 2.0], [-sign, 1.0], [0.0, 2.0], [5.0, 5.0], [5.0, 5.0], [5.0, 5.0]])
+    g = gdsl.Graph.from_edges([0, 1, 0, 2], [3, 3, 4, 4], 6, features=x, labels=[0, 1, 0, 1, 0, 1],
+                              train_mask=[True] * 6)
+    m = gdsl.compile(MAX_MIN.replace("REDUCE", reduce)).module(g, backend=backend)
+    xin = x.clone().requires_grad_()
+    out = m(xin)
+    assert out[5].tolist() == [0.0, 0.0]
+    gout = torch.zeros_like(out)
+    gout[3, 0] = gout[4, 0] = 1.0
+    out.backward(gout)
+    assert xin.grad[:, 0].tolist() == [1.5, 0.0, 0.5, 0.0, 0.0, 0.0]

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gdsl.backends.reference.executor import ReferenceModule
+from gdsl.backends.reference.executor import ReferenceModule, scatter_extremum
 from gdsl.backends.reference.graphdata import GraphData
 from gdsl.backends.reference.linear import plan_linear, run_linear
 from gdsl.diagnostics import GdslError
@@ -517,14 +517,10 @@ class DistModule(ReferenceModule):
         if r == "sum":
             out = m.new_zeros(out_shape).index_add(0, idx, m)
         else:
-            index = idx.reshape((-1,) + (1,) * (m.dim() - 1)).expand_as(m)
-            out = m.new_zeros(out_shape).scatter_reduce(0, index, m, "amax" if r == "max" else "amin",
-                                                        include_self=False)
-            if self.spec.strategy in ("rows_replicated", "vertex_cut") or to == "src":
-                # an empty partial must not win a max/min: mark rows with no local edge
-                has = torch.zeros(rows, dtype=torch.bool, device=m.device).index_fill(0, idx, True)
-                fill = float("-inf") if r == "max" else float("inf")
-                out = torch.where(has.reshape((-1,) + (1,) * (m.dim() - 1)), out, torch.full_like(out, fill))
+            # an empty partial must not win a max/min: rows with no local edge hold -inf (+inf)
+            partial = self.spec.strategy in ("rows_replicated", "vertex_cut") or to == "src"
+            out = scatter_extremum(m, idx, rows, r, empty=(float("-inf") if r == "max" else float("inf"))
+                                   if partial else 0.0)
         op = getattr(self, "_cur", None)
         out = self._complete(out, r, op, to)
         if r in ("max", "min"):

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 from torch.autograd.function import once_differentiable
 
+from gdsl.backends.maxmin import maxmin_backward
 from gdsl.backends.numba import codegen
 from gdsl.backends.numba.codegen import BINARY, MSGS, SDDMM_OPS, get_kernel
 from gdsl.backends.numba.graph import CSR, CSRGraph
@@ -431,8 +432,9 @@ class _AggregateFn(torch.autograd.Function):
         w2 = _mat(w, dt, E, Wf) if w is not None else None
         G = _mat(grad, dt, csr.nrows, F)
         dx = dw = None
-        if reduce in ("max", "min"):
-            dx, dw = _maxmin_backward(ctx.arg, csr, G, x2, w2, msg, bcast, H, D, need_x, need_w, dt)
+        if reduce in ("max", "min"):   # ties share the gradient, as in the reference
+            dx, dw = maxmin_backward(ctx.arg, G, csr.row_of_edge, csr.col_of_edge, x2, w2, msg, bcast, H, D,
+                                     need_x, need_w)
         else:
             # out[v] = rs[v] * sum over e = (u -> v) of MSG(x[u] * xs[u], w[e]):
             # d x[u] = xs[u] * sum over the out-edges of u of rs[v] G[v] (*, / w[e]),
@@ -471,36 +473,6 @@ class _AggregateFn(torch.autograd.Function):
         if dw is not None:
             dw = dw.reshape(w.shape).to(w.dtype)
         return (None, dx, dw) + none
-
-
-def _maxmin_backward(arg, csr: CSR, G, x2, w2, msg, bcast, H, D, need_x, need_w, dt):
-    """The gradient goes to the one edge that won each output element
-    (arg holds its edge id, -1 for rows without edges)."""
-    F = H * D
-    a = arg.reshape(-1)
-    pos = (a >= 0).nonzero().squeeze(1)
-    e = a.index_select(0, pos).to(torch.int64)
-    k = pos % F
-    gv = G.reshape(-1).index_select(0, pos)
-    xi = csr.col_of_edge.index_select(0, e) * F + k if x2 is not None else None
-    wi = (e * H + torch.div(k, D, rounding_mode="floor")) if bcast == "w" else e * F + k
-    xv = x2.reshape(-1).index_select(0, xi) if (x2 is not None and msg in ("mul", "div")) else None
-    wv = w2.reshape(-1).index_select(0, wi) if (w2 is not None and msg in ("mul", "div")) else None
-    dx = dw = None
-    if need_x and msg != "copy_edge":
-        v = gv if msg in ("copy_src", "add", "sub") else (gv * wv if msg == "mul" else gv / wv)
-        dx = torch.zeros(x2.numel(), dtype=dt).index_add_(0, xi, v)
-    if need_w and msg != "copy_src":
-        if msg in ("copy_edge", "add"):
-            v = gv
-        elif msg == "sub":
-            v = -gv
-        elif msg == "mul":
-            v = gv * xv
-        else:
-            v = -gv * xv / (wv * wv)
-        dw = torch.zeros(w2.numel(), dtype=dt).index_add_(0, wi, v)
-    return dx, dw
 
 
 def aggregate(g: CSRGraph, x: torch.Tensor | None, w: torch.Tensor | None, msg: str, reduce: str,

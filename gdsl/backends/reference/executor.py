@@ -81,6 +81,26 @@ def _align_pair(xa, ta: Type, xb, tb: Type, mode: str | None):
     return _align(xa, ta, rank, lead), _align(xb, tb, rank, lead)
 
 
+def scatter_extremum(m: torch.Tensor, idx: torch.Tensor, rows: int, reduce: str, empty: float = 0.0) -> torch.Tensor:
+    """out[r] = max (min) of the rows m[e] with idx[e] = r; `empty` where no
+    e has idx[e] = r. The gradient of each element is split evenly among
+    the entries that tie for it (torch's rule).
+
+    The accumulator starts at -inf (+inf), not 0: scatter_reduce's backward
+    counts the initial value as a tie when it equals the result, even with
+    include_self=False, so a zero start gave half the gradient of every
+    element whose max is exactly 0 (common after a relu) to the start, which
+    drops it (was: max over [0, -1] sent 0.5 to the 0)."""
+    fill = float("-inf") if reduce == "max" else float("inf")
+    index = idx.reshape((-1,) + (1,) * (m.dim() - 1)).expand_as(m)
+    out = m.new_full((rows,) + tuple(m.shape[1:]), fill).scatter_reduce(
+        0, index, m, "amax" if reduce == "max" else "amin", include_self=False)
+    if empty != fill:
+        has = torch.zeros(rows, dtype=torch.bool, device=m.device).index_fill(0, idx, True)
+        out = torch.where(has.reshape((-1,) + (1,) * (m.dim() - 1)), out, out.new_full((), empty))
+    return out
+
+
 def check_features(x, rows: int, shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The features a caller passes to the module (`model(x)`): a tensor of the
     graph's rows and the declared feature shape, of the params' dtype (float32
@@ -414,8 +434,7 @@ class ReferenceModule(nn.Module):
                 deg = torch.bincount(idx, minlength=n).clamp(min=1).to(m.dtype)
                 out = out / deg.reshape((n,) + (1,) * (m.dim() - 1))
             return out
-        index = idx.reshape((-1,) + (1,) * (m.dim() - 1)).expand_as(m)
-        return m.new_zeros(out_shape).scatter_reduce(0, index, m, "amax" if reduce == "max" else "amin", include_self=False)
+        return scatter_extremum(m, idx, n, reduce)
 
     def edge_softmax(self, s: torch.Tensor) -> torch.Tensor:
         """softmax of s over each destination's incoming edges (LANGUAGE.md):

@@ -23,6 +23,7 @@ import torch
 import triton
 from torch.autograd.function import once_differentiable
 
+from gdsl.backends.maxmin import maxmin_backward
 from gdsl.backends.triton import codegen
 from gdsl.backends.triton.codegen import BINARY, MSGS, SDDMM_OPS, get_kernel
 from gdsl.backends.triton.graph import CSR, TritonGraph
@@ -266,14 +267,9 @@ class _AggregateFn(torch.autograd.Function):
         w2 = _mat(w, dt, E, Wf) if w is not None else None
         G = _mat(grad, dt, csr.nrows, F)
         dx = dw = None
-        if reduce in ("max", "min"):
-            # d x: the reverse aggregation, counting each element where the
-            # forward's winner was this edge (no atomics)
-            if need_x and msg != "copy_edge":
-                sm = msg if msg in ("mul", "div") else "copy_src"
-                dx, _ = agg_raw(rev, G, w2 if sm != "copy_src" else None, sm, "sum", bcast, H, D, dt, sel=ctx.arg)
-            if need_w and msg != "copy_src":
-                dw = _maxmin_dw(g, csr, ctx.arg, G, x2, w2, msg, bcast, H, D, to)
+        if reduce in ("max", "min"):   # ties share the gradient, as in the reference
+            col = (g.src if to == "dst" else g.dst).long()
+            dx, dw = maxmin_backward(ctx.arg, G, csr.row_of_edge, col, x2, w2, msg, bcast, H, D, need_x, need_w)
         else:
             # out[v] = rs[v] * sum over e = (u -> v) of MSG(x[u] * xs[u], w[e]):
             # d x[u] = xs[u] * sum over the out-edges of u of rs[v] G[v] (*, / w[e]),
@@ -308,33 +304,6 @@ class _AggregateFn(torch.autograd.Function):
         if dw is not None:
             dw = dw.reshape(w.shape).to(w.dtype)
         return (None, dx, dw) + none
-
-
-def _maxmin_dw(g: TritonGraph, csr: CSR, arg, G, x2, w2, msg, bcast, H, D, to):
-    """d w of a max / min aggregation: each edge takes the gradient of the
-    output elements it won (an edge-wise gather, torch ops)."""
-    E = g.num_edges
-    F = H * D
-    rows = csr.row_of_edge
-    won = arg.index_select(0, rows) == torch.arange(E, device=arg.device).unsqueeze(1)
-    v = G.index_select(0, rows) * won
-    if msg in ("mul", "div"):
-        col = (g.src if to == "dst" else g.dst).long()
-        xv = x2.index_select(0, col)
-        if bcast == "w":
-            wf = w2.repeat_interleave(D, dim=1)
-        elif w2.shape[1] == F:
-            wf = w2
-        else:
-            wf = w2.expand(E, F)
-        v = v * xv if msg == "mul" else -v * xv / (wf * wf)
-    elif msg == "sub":
-        v = -v
-    if bcast == "w":
-        return v.view(E, H, D).sum(-1)
-    if w2.shape[1] != F:
-        return v.sum(1, keepdim=True)
-    return v
 
 
 def aggregate(g: TritonGraph, x: torch.Tensor | None, w: torch.Tensor | None, msg: str, reduce: str,
