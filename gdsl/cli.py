@@ -120,7 +120,8 @@ def _parser() -> argparse.ArgumentParser:
 def _dist_args(g) -> None:
     g.add_argument("--partition", metavar="SPEC",
                    help="replicate | rows(hash|random|block|metis) | edge_cut(metis) | rows_replicated(c) | "
-                        "vertex_cut | features | redistribute (default: the schedule's hint, else the cost model's choice)")
+                        "vertex_cut | features | redistribute | redistribute(R_A) | auto (default: the schedule's hint, else "
+                        "the cost model's choice)")
     g.add_argument("--delay", type=_delay, help="vertex_cut only: 0 (cd-0, exact), r > 0 (cd-r) or none (0c)")
     g.add_argument("--halo", choices=("alltoallv", "bcast"), default="alltoallv",
                    help="1D halo exchange: all-to-all-v of the needed rows (default) or broadcast of whole blocks")

@@ -457,3 +457,20 @@ def test_features_plan_first_layer_with_any_aggregation(tmp_path, msg, gather):
                  "--json", str(out))
         assert r.returncode == 0, (backend, r.stderr)
         assert [e["loss"] for e in json.loads(out.read_text())["epochs"]] == pytest.approx(want, rel=1e-4), backend
+
+
+def test_a_grid_hint_leaves_the_choice_to_the_cost_model(tmp_path):
+    """grid2d / grid3d are priced (gdsl plan) but not executed: as a schedule
+    hint, `gdsl run --np` says so and runs the cost model's choice (as
+    `gdsl compile --np` records it); as --partition, a clear error (was:
+    `unknown partition 'grid2d'` for the hint, a valid schedule value)."""
+    prog = tmp_path / "grid.gd"
+    prog.write_text(Path(GCN).read_text() + "\nschedule {\n    partition = grid2d\n}\n")
+    data = _tiny_npz(tmp_path / "g.npz", 6, [(0, 1), (1, 0), (1, 2), (2, 1), (3, 4), (4, 3), (4, 5), (5, 4)])
+    r = gdsl("run", str(prog), "--data", data, "--np", "2", "--epochs", "1")
+    assert r.returncode == 0, r.stderr
+    assert "partition = grid2d (the schedule's hint) is modelled, not executed: the cost model chooses" in r.stderr
+    r = gdsl("run", GCN, "--data", data, "--np", "2", "--partition", "grid3d")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "--partition grid3d: grid2d and grid3d are modelled by the cost model (gdsl plan) but not executed" \
+           in r.stderr

@@ -178,10 +178,11 @@ def choose(problem: Problem, memory_per_rank: float | None = None, **options) ->
     fitting = [cd for cd in cands if cd.fits]
     if not fitting:
         small = min(cands, key=lambda cd: cd.memory_bytes)
+        fastest = ("it is also the fastest" if small is cands[0] else
+                   f"the fastest, {cands[0].name}, needs {fmt_bytes(cands[0].memory_bytes)}")
         raise NoPlanFits(
             f"no plan fits in {fmt_bytes(memory_per_rank)} per rank on P={int(problem.P)} ranks: "
-            f"the smallest, {small.name}, needs {fmt_bytes(small.memory_bytes)} per rank; "
-            f"the fastest, {cands[0].name}, needs {fmt_bytes(cands[0].memory_bytes)}. "
+            f"the smallest, {small.name}, needs {fmt_bytes(small.memory_bytes)} per rank; {fastest}. "
             f"Use more ranks or more memory per rank.")
     best = fitting[0]
     return Choice(best, tuple(cands), front, _reason(best, cands, memory_per_rank), memory_per_rank,

@@ -42,7 +42,17 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
     if partition is not None and not partition.strip():
         raise GdslError("--partition: empty (give a plan such as rows(metis), or auto)")
     partition = None if partition is not None and partition.strip() == "auto" else partition
-    text = partition or (sched.get("partition") if sched.get("partition") not in (None, "auto") else None)
+    hint = sched.get("partition") if sched.get("partition") not in (None, "auto") else None
+    modelled_only = ("grid2d", "grid3d")   # priced by the cost model (gdsl plan), not executed
+    if partition is not None and partition.split("(")[0].strip() in modelled_only:
+        raise GdslError(f"--partition {partition}: grid2d and grid3d are modelled by the cost model (gdsl plan) "
+                        "but not executed; name an executable plan or auto")
+    if partition is None and hint is not None and hint.split("(")[0].strip() in modelled_only:
+        if not quiet:
+            print(f"gdsl: partition = {hint} (the schedule's hint) is modelled, not executed: the cost model "
+                  "chooses the plan", file=sys.stderr)
+        hint = None
+    text = partition or hint
     if delay is None:
         delay = sched.get("delay", 0)
     if text is None:
