@@ -97,3 +97,39 @@ def test_dense_first_on_a_message_of_the_other_endpoint_says_why(tmp_path):
     err = _compile_err(tmp_path, src + "schedule {\n    order GCNConv#1 = dense_first\n}\n")
     assert ("order dense_first cannot hold for GCNConv#1: its aggregation is not linear: the message reads dst.h; "
             "an aggregation into dst is linear in src.x reads only") in err
+
+
+AUTOENCODER = """graph G (self_loops)
+input X : vertex f32[F]
+input Y : vertex label[C]
+input B : vertex label[2]
+mask train, val
+layer Conv[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    scatter m = src.h
+    gather a = mean(m)
+    transform t = a @ W
+    return t
+}
+model M[out = F] { return Conv[out](relu(Conv[8](X))) }
+train t {
+    model = M
+    loss = bce(TARGET, mask = train)
+    epochs = 2
+    eval = accuracy(mask = val)
+}
+"""
+
+
+@pytest.mark.parametrize("target,acc", [("X", False), ("B", True)])
+def test_accuracy_only_when_the_loss_targets_the_labels(target, acc):
+    """bce of float targets (an autoencoder of X) reports no accuracy (was:
+    the argmax of F outputs against the C-class labels, a meaningless 0.0);
+    bce of a label[2] input does (the sign of the one logit)."""
+    g = random_graph(n=30, e=90, f=4, c=2)
+    g.ndata["B"] = g.labels
+    src = AUTOENCODER.replace("TARGET", target).replace("[out = F]", "[out = F]" if target == "X" else "[out = 1]")
+    r = gdsl.train(gdsl.compile(src), g, backend="reference", epochs=2)
+    assert all(bool(e.metrics) == acc for e in r.epochs)
+    if acc:
+        assert set(r.epochs[-1].metrics) == {"train_acc", "val_acc"}

@@ -315,7 +315,12 @@ def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, histo
                identity: dict | None = None) -> list[dict]:
     """Full-batch training of one rank's model; returns the per-epoch records
     (global loss and accuracies; with `traffic`, bytes per collective)."""
-    from gdsl.runtime.trainer import make_optimizer, nonfinite_loss, optimizer_step
+    from gdsl.runtime.trainer import (
+        make_optimizer,
+        nonfinite_loss,
+        optimizer_step,
+        reports_accuracy,
+    )
     opt = opt or make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
     evals = [m for _, m in cfg.eval]
     loss_mask = cfg.loss.mask if cfg.loss else None
@@ -348,7 +353,7 @@ def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, histo
         model.eval()
         with torch.no_grad(), _alike():
             out = model()
-        metrics = _metrics(model, out, names) if model.graph.labels is not None and cfg.loss.fn != "mse" else {}
+        metrics = _metrics(model, out, names) if reports_accuracy(model) else {}
         eval_traffic = comm.stats.take()
         rec = {"epoch": epoch, "loss": loss_value, **metrics, "time": time.perf_counter() - t0, "train_time": t_train}
         if traffic:

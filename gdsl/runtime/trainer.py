@@ -92,6 +92,17 @@ def accuracy(out: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None)
     return float((pred == labels).float().mean())
 
 
+def reports_accuracy(model) -> bool:
+    """Whether accuracy (argmax, or a single logit's sign, against the graph's
+    labels) means anything: the graph has labels and the loss, if any, is
+    not mse and takes the label input as its target (cross_entropy, nll, or
+    bce of a `label[2]` input; not bce of float targets such as X)."""
+    op = model.loss_op
+    if model.graph.labels is None:
+        return False
+    return op is None or (op.attrs["fn"] != "mse" and op.operands[1].type.dtype == "i64")
+
+
 def train(program, graph: Graph, *, backend: str | None = None, epochs: int | None = None, seed: int = 0,
           on_epoch: Callable[[EpochStats], None] | None = None) -> TrainResult:
     """Train `program` (a `gdsl.Program`) full-batch on `graph`; returns per-epoch stats.
@@ -130,8 +141,8 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
     evals = [m for _, m in cfg.eval]
     loss_mask = cfg.loss.mask if cfg.loss else None
     names = ([loss_mask] if loss_mask and loss_mask not in evals else []) + evals
-    if labels is None or (cfg.loss and cfg.loss.fn in ("mse",)):
-        names = []  # accuracy needs class labels
+    if not reports_accuracy(model):
+        names = []  # accuracy needs class labels as the loss's target
     result = TrainResult()
     best_val = -1.0
     try:
