@@ -147,6 +147,11 @@ CASES = [
      "leaky_relu(dot(src.zs, al), dot(dst.zs, ar))",
      "14:47", "leaky_relu slope must be a static value"),
     # ---- models and static arguments
+    ("default-uses-a-later-static-arg", "gcn.gd", "model GCN[hidden = 16, p = 0.5]",
+     "model GCN[hidden = p * 32, p = 0.5]",
+     "18:20", "the default of static argument 'hidden' refers to 'p', declared after it"),
+    ("default-uses-itself", "gcn.gd", "layer GCNConv[dout](h: [din])", "layer GCNConv[dout = dout](h: [din])",
+     "7:22", "the default of static argument 'dout' refers to itself"),
     ("too-many-static-args", "gcn.gd", "return GCNConv[C](h)", "return GCNConv[C, 2](h)",
      "22:23", "GCNConv takes 1 static argument, got 2"),
     ("unknown-static-kwarg", "gcn.gd", "return GCNConv[C](h)", "return GCNConv[C, heads = 2](h)",

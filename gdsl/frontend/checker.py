@@ -8,7 +8,7 @@ name's domain and shape is known.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from gdsl.diagnostics import DiagnosticBag, GdslError, Span
@@ -174,10 +174,18 @@ class Checker:
 
     def check_static_params(self, ps: list[ast.StaticParam]) -> None:
         seen = set()
-        for p in ps:
+        for i, p in enumerate(ps):
             if p.name in seen:
                 self.diags.error(p.span, f"static argument '{p.name}' is declared twice")
             seen.add(p.name)
+            # a default may use the static arguments declared before it (LANGUAGE.md), not
+            # itself or later ones (was: reported only by a call that used the default)
+            later = {q.name for q in ps[i:]}
+            for n in _names(p.default):
+                if n.id in later:
+                    what = "itself" if n.id == p.name else f"'{n.id}', declared after it"
+                    self.diags.error(n.span, f"the default of static argument '{p.name}' refers to {what} "
+                                             "(a default may use the static arguments before it)")
 
     # ---- train
     def pick_train(self) -> None:
@@ -495,3 +503,16 @@ class Checker:
 def check(program: ast.Program, source: str, train_name: str | None = None) -> tuple[CheckedProgram, DiagnosticBag]:
     c = Checker(program, source, train_name)
     return c.run(), c.diags
+
+
+def _names(e) -> list[ast.Name]:
+    """The names an expression reads (any node type: walks dataclass fields)."""
+    if isinstance(e, ast.Name):
+        return [e]
+    out: list[ast.Name] = []
+    if isinstance(e, ast.Node):
+        for f in fields(e):
+            v = getattr(e, f.name)
+            for x in (v if isinstance(v, list) else [v]):
+                out += _names(x)
+    return out
