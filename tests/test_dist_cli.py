@@ -459,6 +459,24 @@ def test_features_plan_first_layer_with_any_aggregation(tmp_path, msg, gather):
         assert [e["loss"] for e in json.loads(out.read_text())["epochs"]] == pytest.approx(want, rel=1e-4), backend
 
 
+def test_features_plan_takes_a_scaled_sum_of_products(tmp_path):
+    """A product scaled by a constant (`a @ W * 3 + a @ V`) is linear in the
+    partial sums: P3's split runs it (was: refused as not column-separable)."""
+    prog = tmp_path / "p.gd"
+    text = P3_FIRST.format(msg="src.h", gather="sum(m)")
+    text = text.replace("    transform t = a @ W\n", "    param V : f32[din, dout] = glorot\n    transform t = a @ W * 3 + a @ V\n")
+    assert "a @ W * 3 + a @ V" in text
+    prog.write_text(text)
+    data = str(_small_npz(tmp_path / "g.npz"))
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    r = gdsl("run", str(prog), "--data", data, "--backend", "reference", "--json", str(one))
+    assert r.returncode == 0, r.stderr
+    r = gdsl("run", str(prog), "--data", data, "--np", "2", "--partition", "features", "--json", str(two))
+    assert r.returncode == 0, r.stderr
+    want, got = ([e["loss"] for e in json.loads(f.read_text())["epochs"]] for f in (one, two))
+    assert got == pytest.approx(want, rel=1e-4)
+
+
 def test_a_grid_hint_leaves_the_choice_to_the_cost_model(tmp_path):
     """grid2d / grid3d are priced (gdsl plan) but not executed: as a schedule
     hint, `gdsl run --np` says so and runs the cost model's choice (as

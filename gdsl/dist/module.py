@@ -255,7 +255,7 @@ class DistModule(ReferenceModule):
                 kind[op.result] = k
                 continue
             if n in ("mul", "div") and sum(1 for i in ins if i) == 1 and (
-                    op.operands[1 if ins[0] else 0].type.domain in (None, "param", "edge", "vertex") and
+                    op.operands[1 if ins[0] else 0].type.domain in (None, "scalar", "param", "edge", "vertex") and
                     (n == "mul" or ins[0])):
                 other = op.operands[1 if ins[0] else 0]
                 if other.type.domain == "param" or (other.type.shape and other.type.domain != "edge"):
