@@ -21,7 +21,7 @@ import sys
 import time
 
 _INDEX_ARGS = ("indptr", "indices", "eid", "src", "dst")
-_I64_ARGS = ("seg", "sel", "arg", "part_arg", "long_rows", "long_ptr")
+_I64_ARGS = ("seg", "arg", "part_arg", "long_rows", "long_ptr")
 _INT_ARGS = ("nrows", "F", "H", "D", "deg_key", "E", "P", "K")
 _FLOAT_ARGS = ("slope",)
 
@@ -88,8 +88,7 @@ def signatures(all_aggregates: bool = False) -> list[tuple[str, dict]]:
     else:
         out += [("aggregate", {"msg": "copy_src", "reduce": "sum", "rscale": True}),
                 ("aggregate", {"msg": "mul", "reduce": "sum", "bcast": "w", "xscale": True, "balanced": True}),
-                ("aggregate", {"msg": "div", "reduce": "max", "bcast": "s", "balanced": True}),
-                ("aggregate", {"msg": "mul", "reduce": "sum", "bcast": "none", "select": True})]
+                ("aggregate", {"msg": "div", "reduce": "max", "bcast": "s", "balanced": True})]
     out += [("aggregate", {"msg": "copy_src", "reduce": "sum", "xscale": True, "rscale": True})]
     out += [("sddmm", {"op": o}) for o in ("dot", "sub", "div")]
     out += [("edge_softmax", {}), ("gat_aggregate", {})]

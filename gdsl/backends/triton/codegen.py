@@ -94,8 +94,7 @@ def _decor(family: str, key: list[str], prune: bool = True) -> list[str]:
 # aggregation
 # --------------------------------------------------------------------------
 
-def check_aggregate(msg: str, reduce: str, bcast: str = "none", xscale: bool = False, rscale: bool = False,
-                    select: bool = False) -> str:
+def check_aggregate(msg: str, reduce: str, bcast: str = "none", xscale: bool = False, rscale: bool = False) -> str:
     """Validate an aggregation signature; returns the effective bcast."""
     if msg not in MSGS:
         raise ValueError(f"unknown message op {msg!r} (one of {MSGS})")
@@ -109,19 +108,16 @@ def check_aggregate(msg: str, reduce: str, bcast: str = "none", xscale: bool = F
         raise ValueError("scales are fused into sum (and mean) aggregation only")
     if xscale and msg not in ("copy_src", "mul"):
         raise ValueError("a source-vertex scale is implemented for copy_src and mul messages")
-    if select and (reduce != "sum" or msg not in ("copy_src", "mul", "div") or xscale or rscale):
-        raise ValueError("select (the max / min backward) is a plain sum of copy_src, mul or div messages")
     return bcast
 
 
-def _agg_name(msg, reduce, bcast, xscale, rscale, balanced, select) -> str:
-    flags = "".join(s for s, on in (("_xs", xscale), ("_rs", rscale), ("_bal", balanced), ("_sel", select)) if on)
+def _agg_name(msg, reduce, bcast, xscale, rscale, balanced) -> str:
+    flags = "".join(s for s, on in (("_xs", xscale), ("_rs", rscale), ("_bal", balanced)) if on)
     return f"agg_{msg}_{reduce}_{bcast}{flags}"
 
 
-def _agg_source(msg: str, reduce: str, bcast: str, xscale: bool, rscale: bool, balanced: bool,
-                select: bool) -> str:
-    name = _agg_name(msg, reduce, bcast, xscale, rscale, balanced, select)
+def _agg_source(msg: str, reduce: str, bcast: str, xscale: bool, rscale: bool, balanced: bool) -> str:
+    name = _agg_name(msg, reduce, bcast, xscale, rscale, balanced)
     maxmin = reduce in ("max", "min")
     init = {"sum": None, "max": '-float("inf")', "min": 'float("inf")'}[reduce]
     cmp = {"max": ">", "min": "<"}.get(reduce)
@@ -131,7 +127,7 @@ def _agg_source(msg: str, reduce: str, bcast: str, xscale: bool, rscale: bool, b
     heads = msg in BINARY and bcast == "w"
     wo = "1.0" if msg == "div" else "0.0"   # masked lanes: every message is 0 there
     L = _decor("aggregate", ["F", "deg_key"])
-    L.append(f"def {name}(indptr, indices, eid, x, w, xs, rs, sel, out, arg, seg, part, part_arg,")
+    L.append(f"def {name}(indptr, indices, eid, x, w, xs, rs, out, arg, seg, part, part_arg,")
     L.append("        nrows, F, H, D, deg_key, BLOCK_E: tl.constexpr, BLOCK_F: tl.constexpr):")
     B = []
     B.append("pid = tl.program_id(0)")
@@ -159,7 +155,7 @@ def _agg_source(msg: str, reduce: str, bcast: str, xscale: bool, rscale: bool, b
             "m2 = em[:, None] & fm[None, :]"]
     if reads_x:
         loop.append("u = tl.load(indices + oe, mask=em, other=0).to(tl.int64)")
-    if reads_w or select:
+    if reads_w:
         loop.append("e = tl.load(eid + oe, mask=em, other=0).to(tl.int64)")
     if reads_x:
         loop.append("xv = tl.load(x + u[:, None] * F + offs_f[None, :], mask=m2, other=0.0)")
@@ -174,10 +170,6 @@ def _agg_source(msg: str, reduce: str, bcast: str, xscale: bool, rscale: bool, b
             loop.append(f"wv = tl.load(w + e, mask=em, other={wo})[:, None]")
     expr = {"copy_src": "xv", "copy_edge": "wv"}.get(msg) or f"xv {_OPSYM[msg]} wv"
     loop.append(f"t = {expr}")
-    if select:
-        loop += ["# the max / min backward: only where this edge won the forward's element",
-                 "won = tl.load(sel + u[:, None] * F + offs_f[None, :], mask=m2, other=-1) == e[:, None]",
-                 "t = tl.where(won, t, 0.0)"]
     if maxmin:
         loop += [f"t = tl.where(m2, t, {init})",
                  f"tb = {red}(t, axis=0)",
@@ -466,8 +458,8 @@ def _norm(kind: str, sig: dict) -> tuple[str, dict]:
     if op == "aggregate":
         s = {"msg": sig.get("msg", "copy_src"), "reduce": sig.get("reduce", "sum"), "bcast": sig.get("bcast", "none"),
              "xscale": bool(sig.get("xscale", False)), "rscale": bool(sig.get("rscale", False)),
-             "balanced": bool(sig.get("balanced", False)), "select": bool(sig.get("select", False))}
-        s["bcast"] = check_aggregate(s["msg"], s["reduce"], s["bcast"], s["xscale"], s["rscale"], s["select"])
+             "balanced": bool(sig.get("balanced", False))}
+        s["bcast"] = check_aggregate(s["msg"], s["reduce"], s["bcast"], s["xscale"], s["rscale"])
         unknown = set(sig) - set(s)
         if unknown:
             raise ValueError(f"unknown aggregate signature keys {sorted(unknown)}")

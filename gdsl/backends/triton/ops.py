@@ -12,8 +12,9 @@ where they are).
 No kernel uses atomics: every output element has one writer.  A gradient
 that flows back to the other endpoint of an edge (d x of an aggregation to
 dst, d el of GAT, ...) is an aggregation over the reverse CSR, which the
-graph keeps (TritonGraph.out_csr); the max / min backward walks the reverse
-CSR too, keeping the elements whose forward winner was the slot's edge.
+graph keeps (TritonGraph.out_csr).  The max / min backward is torch ops
+(gdsl/backends/maxmin.py, shared with Numba): tied messages share each
+element's gradient, as in the reference.
 """
 from __future__ import annotations
 
@@ -121,13 +122,12 @@ def _check_device(g: TritonGraph, **ts) -> None:
 
 def agg_raw(csr: CSR, x2: torch.Tensor | None, w2: torch.Tensor | None, msg: str, reduce: str,
             bcast: str, H: int, D: int, dt: torch.dtype, *, xs: torch.Tensor | None = None,
-            rs: torch.Tensor | None = None, sel: torch.Tensor | None = None):
+            rs: torch.Tensor | None = None):
     """out [nrows, H*D] (and arg [nrows, H*D] int64 edge ids for max / min,
     -1 where a row has no edge) of one aggregation over `csr`: out[r] =
     rs[r] * REDUCE over the row's slots (other endpoint c, edge e) of
     MSG(x2[c] * xs[c], w2[e]).  x2 [N, H*D]; w2 [E, H] (bcast "w"),
-    [E] / [E, 1] ("s") or [E, H*D]; sel: the max / min backward's mask (a
-    forward's arg, indexed by c: the message counts where sel[c] == e)."""
+    [E] / [E, 1] ("s") or [E, H*D]."""
     F = H * D
     dev = csr.device
     if msg not in BINARY:
@@ -146,15 +146,15 @@ def agg_raw(csr: CSR, x2: torch.Tensor | None, w2: torch.Tensor | None, msg: str
         return out, arg
     balanced = use_balanced(csr)
     sig = {"msg": msg, "reduce": reduce, "bcast": bcast, "xscale": xs is not None, "rscale": rs is not None,
-           "balanced": balanced, "select": sel is not None}
+           "balanced": balanced}
     mod = get_kernel("aggregate", **sig)
     name = codegen._agg_name(msg, reduce, codegen.check_aggregate(msg, reduce, bcast), sig["xscale"],
-                             sig["rscale"], balanced, sig["select"])
+                             sig["rscale"], balanced)
     fd, i64 = _dummy(dev, dt), _dummy(dev, torch.int64)
     args = [csr.indptr, csr.indices, csr.eid,
             x2 if x2 is not None else fd, w2 if w2 is not None else fd,
             xs if xs is not None else fd, rs if rs is not None else fd,
-            sel if sel is not None else i64, out, arg if arg is not None else i64]
+            out, arg if arg is not None else i64]
     if not balanced:
         getattr(mod, name)[_grid(csr.nrows, F, "BLOCK_F")](*args, i64, fd, i64, csr.nrows, F, H, D, csr.deg_key)
         return out, arg
