@@ -15,7 +15,9 @@ the backward recomputes every edge's message with torch ops ([E, F], as the
 reference's own backward does), reads the winner's value through `arg` (so
 the comparison is with the value as recomputed, and the winner always ties
 with itself), counts the ties per output element and hands each tied edge
-its share.
+its share. The Numba backend runs the usual form, a max / min of `src.x`,
+on two kernels instead (numba/codegen.py gen_maxmin_ties: [rows, F] and
+[N, F] temporaries, not [E, F]).
 """
 from __future__ import annotations
 

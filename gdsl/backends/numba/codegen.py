@@ -605,6 +605,52 @@ def gen_gat() -> tuple[str, str]:
     return "gat", "\n".join(fwd) + "\n\n\n" + "\n".join(bwd) + "\n"
 
 
+def gen_maxmin_ties() -> tuple[str, str]:
+    """The max / min backward of the message `src.x` (gdsl/backends/maxmin.py's
+    rule, tied messages share each element's gradient) in two passes of
+    O(N F) memory: ties_count over the CSR counts, per output element, the
+    slots whose x equals it; ties_dx over the reverse CSR gives each vertex
+    the shares s = G / count of the elements its x tied with (one writer
+    per row, no atomics)."""
+    count = [
+        _DECOR,
+        "def ties_count(chunks, indptr, indices, x, won, count):",
+        '    """count[r, k] = #slots j of row r with x[indices[j], k] == won[r, k]."""',
+        "    F = won.shape[1]",
+        "    for c in prange(chunks.shape[0] - 1):",
+        "        for r in range(chunks[c], chunks[c + 1]):",
+        "            o = won[r]",
+        "            n = count[r]",
+        "            for k in range(F):",
+        "                n[k] = 0",
+        "            for j in range(indptr[r], indptr[r + 1]):",
+        "                xu = x[indices[j]]",
+        "                for k in range(F):",
+        "                    if xu[k] == o[k]:",
+        "                        n[k] += 1",
+    ]
+    dx = [
+        _DECOR,
+        "def ties_dx(chunks, indptr, indices, x, won, s, dx):",
+        '    """dx[u, k] = sum over the reverse-CSR slots j of row u (r = indices[j]) of s[r, k] where x[u, k] == won[r, k]."""',
+        "    F = x.shape[1]",
+        "    for c in prange(chunks.shape[0] - 1):",
+        "        for u in range(chunks[c], chunks[c + 1]):",
+        "            xu = x[u]",
+        "            d = dx[u]",
+        "            for k in range(F):",
+        "                d[k] = 0",
+        "            for j in range(indptr[u], indptr[u + 1]):",
+        "                r = indices[j]",
+        "                o = won[r]",
+        "                sr = s[r]",
+        "                for k in range(F):",
+        "                    if xu[k] == o[k]:",
+        "                        d[k] += sr[k]",
+    ]
+    return "maxmin_ties", "\n".join(count) + "\n\n\n" + "\n".join(dx) + "\n"
+
+
 def gen_csr_fill() -> tuple[str, str]:
     """Building one CSR without an E-long sort key: a counting sort of the
     edges by row (serial: one pass, writes at the rows' cursors), then each
@@ -688,6 +734,9 @@ def _generate(op: str, sig: dict) -> tuple[str, str, str]:
         from gdsl.backends.numba.codegen_dense import gen_epilogue
         name, body = gen_epilogue(sig.pop("act", "none"), bool(sig.pop("bias", False)), bool(sig.pop("drop", False)))
         title = f"gdsl numba kernels: fused layer epilogue {name} (forward, backward)"
+    elif op == "maxmin_ties":
+        name, body = gen_maxmin_ties()
+        title = "gdsl numba kernels: max / min backward of src.x, ties sharing the gradient (count, dx)"
     elif op == "csr_fill":
         name, body = gen_csr_fill()
         title = "gdsl numba kernels: CSR construction (counting sort by row, then each row by endpoint)"

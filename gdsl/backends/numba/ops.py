@@ -432,7 +432,9 @@ class _AggregateFn(torch.autograd.Function):
         w2 = _mat(w, dt, E, Wf) if w is not None else None
         G = _mat(grad, dt, csr.nrows, F)
         dx = dw = None
-        if reduce in ("max", "min"):   # ties share the gradient, as in the reference
+        if reduce in ("max", "min") and msg == "copy_src":   # ties share the gradient, as in the reference
+            dx = _maxmin_copy_src_dx(g, csr, to, ctx.arg, G, x2, dt)
+        elif reduce in ("max", "min"):
             dx, dw = maxmin_backward(ctx.arg, G, csr.row_of_edge, csr.col_of_edge, x2, w2, msg, bcast, H, D,
                                      need_x, need_w)
         else:
@@ -473,6 +475,28 @@ class _AggregateFn(torch.autograd.Function):
         if dw is not None:
             dw = dw.reshape(w.shape).to(w.dtype)
         return (None, dx, dw) + none
+
+
+def _maxmin_copy_src_dx(g: CSRGraph, csr: CSR, to: str, arg: torch.Tensor, G: torch.Tensor, x2: torch.Tensor,
+                        dt: torch.dtype) -> torch.Tensor:
+    """gdsl/backends/maxmin.py's backward for the message `src.x` (max / min's
+    usual form) on two kernels (codegen.gen_maxmin_ties): [rows, F] and
+    [N, F] temporaries instead of [E, F] ones."""
+    nrows, F = G.shape
+    if csr.num_edges == 0 or F == 0:
+        return torch.zeros((x2.shape[0], F), dtype=dt)
+    a = arg.reshape(nrows, F).to(torch.int64).clamp_(min=0)   # rows without edges: read, never used
+    won = x2.gather(0, csr.col_of_edge.index_select(0, a.reshape(-1)).reshape(nrows, F))
+    count = _empty((nrows, F), dt)
+    work = (csr.num_edges + nrows) * F
+    _launch(get_kernel("maxmin_ties", fn="ties_count"), work, csr.chunks, csr.indptr, csr.indices, x2.numpy(),
+            won.numpy(), count.numpy())
+    s = G / count.clamp_(min=1)
+    rev = g.reverse_of(to)
+    dx = _empty((x2.shape[0], F), dt)
+    _launch(get_kernel("maxmin_ties", fn="ties_dx"), work, rev.chunks, rev.indptr, rev.indices, x2.numpy(),
+            won.numpy(), s.numpy(), dx.numpy())
+    return dx
 
 
 def aggregate(g: CSRGraph, x: torch.Tensor | None, w: torch.Tensor | None, msg: str, reduce: str,
