@@ -250,12 +250,17 @@ def tie_inputs(gr: G, kind, msg, seed=0):
     return x, w
 
 
+@pytest.mark.parametrize("chunk", [None, 5], ids=["whole", "chunked"])
 @pytest.mark.parametrize("variant", [v for v in VARIANTS if v[1] in ("max", "min")], ids=_vid)
-def test_aggregate_ties_share_the_gradient(variant):
+def test_aggregate_ties_share_the_gradient(variant, chunk, monkeypatch):
     """Tied messages (as after a relu, or from equal rows) share each output
     element's gradient evenly, as torch's scatter_reduce does in the reference
-    (was: all of it to the one edge the kernel kept)."""
+    (was: all of it to the one edge the kernel kept); also with the edges
+    taken a few at a time (maxmin.CHUNK_ELEMENTS)."""
     msg, reduce, to, kind = variant
+    if chunk is not None:
+        from gdsl.backends import maxmin
+        monkeypatch.setattr(maxmin, "CHUNK_ELEMENTS", chunk)
     for gr in (SMALL, HUB):
         x, w = tie_inputs(gr, kind, msg)
         xs = [t.clone().requires_grad_() if t is not None else None for t in (x, x)]
