@@ -11,11 +11,11 @@ Giving the whole gradient to the one edge the forward kernel kept (its
 where values tied).
 
 The forward kernels keep the winning edge of each output element (`arg`);
-the backward recomputes every edge's message with torch ops ([E, F], as the
-reference's own backward does), reads the winner's value through `arg` (so
-the comparison is with the value as recomputed, and the winner always ties
-with itself), counts the ties per output element and hands each tied edge
-its share. The Numba backend runs the usual form, a max / min of `src.x`,
+the backward recomputes every edge's message with torch ops, a chunk of
+edges at a time (CHUNK_ELEMENTS), computes the winner's value through `arg`
+the same way (so the winner always ties with itself), counts the ties per
+output element in a first pass and hands each tied edge its share in a
+second. The Numba backend runs the usual form, a max / min of `src.x`,
 on two kernels instead (numba/codegen.py gen_maxmin_ties: [rows, F] and
 [N, F] temporaries, not [E, F]).
 """
