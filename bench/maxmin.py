@@ -33,9 +33,8 @@ def _case(framework: str, n: int, e: int, f: int) -> dict:
     sys.path[:0] = [str(ROOT), str(HERE)]
     import resource
 
-    import torch
-
     import common
+    import torch
     torch.manual_seed(0)
     src, dst = torch.randint(0, n, (e,)), torch.randint(0, n, (e,))
     x = torch.randn(n, f).relu_()   # after a relu: many ties at 0
@@ -98,14 +97,14 @@ def main() -> None:
         print(f"{fw}: {results[fw]['median_s'] * 1e3:.1f} ms", file=sys.stderr)
     base = results.get("gdsl-numba")
     sums = {k: v["grad_sum"] for k, v in results.items()}
-    lines = ["# Max aggregation of src.x, forward + backward", "",
-             f"Run {time.strftime('%Y-%m-%d %H:%M')} with `python bench/maxmin.py{' --quick' if a.quick else ''}`: "
-             f"uniform random graph, N = {n}, E = {e}, F = {f} float32, x = relu(randn) (ties at 0), "
-             "each framework in its own process, median of the repetitions.", "",
-             f"Machine: {json.dumps(machine_info())}; os.cpu_count() = {os.cpu_count()}; "
-             f"python {platform.python_version()}.", "",
-             "| framework | median (ms) | min (ms) | first call (ms, with JIT) | x numba (time) | peak RSS (GiB) | "
-             "threads |",
+    run = (f"Run {time.strftime('%Y-%m-%d %H:%M')} with `python bench/maxmin.py{' --quick' if a.quick else ''}`: "
+           f"uniform random graph, N = {n}, E = {e}, F = {f} float32, x = relu(randn) (ties at 0), "
+           "each framework in its own process, median of the repetitions.")
+    machine = (f"Machine: {json.dumps(machine_info())}; os.cpu_count() = {os.cpu_count()}; "
+               f"python {platform.python_version()}.")
+    header = ("| framework | median (ms) | min (ms) | first call (ms, with JIT) | x numba (time) | peak RSS (GiB) | "
+              "threads |")
+    lines = ["# Max aggregation of src.x, forward + backward", "", run, "", machine, "", header,
              "|---|---|---|---|---|---|---|"]
     for fw, r in results.items():
         ratio = f"{r['median_s'] / base['median_s']:.2f}" if base else "-"
