@@ -492,3 +492,25 @@ def test_a_grid_hint_leaves_the_choice_to_the_cost_model(tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "--partition grid3d: grid2d and grid3d are modelled by the cost model (gdsl plan) but not executed" \
            in r.stderr
+
+
+def test_rank_output_keeps_its_order_and_streams(tmp_path):
+    """Rank 0's progress (stderr) and final line (stdout) arrive in the order
+    written when both go to one terminal (`2>&1`; was: the final line could
+    come first, the process manager forwarding the streams apart), and each
+    still on its own stream, unmarked."""
+    data = _tiny_npz(tmp_path / "g.npz", 6, [(0, 1), (1, 0), (1, 2), (2, 1), (3, 4), (4, 3), (4, 5), (5, 4)])
+    e = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        e.pop(k, None)
+    cmd = [sys.executable, "-m", "gdsl.cli", "run", GCN, "--data", data, "--np", "2", "--epochs", "3",
+           "--partition", "rows"]
+    both = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=e, timeout=300)
+    assert both.returncode == 0, both.stdout
+    lines = both.stdout.splitlines()
+    last_epoch = max(i for i, s in enumerate(lines) if s.startswith("epoch 3/3"))
+    assert any(s.startswith("final (epoch 3)") for s in lines[last_epoch + 1:]), both.stdout
+    assert "\x1e" not in both.stdout
+    apart = gdsl("run", GCN, "--data", data, "--np", "2", "--epochs", "3", "--partition", "rows")
+    assert apart.returncode == 0, apart.stderr
+    assert apart.stdout.startswith("final (epoch 3)") and "epoch 3/3" in apart.stderr

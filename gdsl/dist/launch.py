@@ -87,7 +87,7 @@ def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | N
     run_dir = tempfile.mkdtemp(prefix="gdsl-run-")
     # each rank writes its pid there (to name a rank that dies, and to stop it) and its error
     # report (gdsl/dist/errors.py); it watches this process and stops itself when it is gone
-    from gdsl.dist.worker import _start_time
+    from gdsl.dist.worker import STDERR_MARK, _start_time
     me = {"pid": os.getpid(), "start": _start_time(os.getpid()), "host": socket.gethostname(),
           "cleanup": [run_dir, *(temp_dirs or [])]}
     args = {**args, "run_dir": run_dir, "launcher": me}
@@ -103,6 +103,9 @@ def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | N
 
         def pump(stream, out):
             for line in stream:
+                to = out
+                if line.startswith(STDERR_MARK):   # rank 0's stderr, kept in order with its stdout
+                    line, to = line[len(STDERR_MARK):], sys.stderr
                 m = re.search(r"PID (\d+) RUNNING AT", line)
                 if m:
                     pid_rank = _pid_ranks(run_dir)
@@ -115,8 +118,8 @@ def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | N
                     continue
                 if line.startswith("gdsl: error:"):
                     printed_error.append(True)   # a rank that could not write its report printed it
-                out.write(line)
-                out.flush()
+                to.write(line)
+                to.flush()
 
         threads = [threading.Thread(target=pump, args=(proc.stdout, sys.stdout), daemon=True),
                    threading.Thread(target=pump, args=(proc.stderr, sys.stderr), daemon=True)]

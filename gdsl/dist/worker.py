@@ -7,6 +7,7 @@ waiting in a collective). A rank whose launcher has died stops itself.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -40,9 +41,46 @@ def _message(e: BaseException) -> str:
             "(this is a bug in gdsl; rerun with GDSL_DEBUG=1 for the traceback)")
 
 
+# Under gdsl's own launcher, rank 0's stderr lines travel on its stdout with
+# this mark and the launcher puts them back on stderr: the process manager
+# forwards the two streams separately, so `gdsl run --np P ... 2>&1` showed
+# the final line (stdout) before the last progress lines (stderr).
+STDERR_MARK = "\x1egdsl:stderr\x1e"
+
+
+class MarkedStderr(io.TextIOBase):
+    """Rank 0's sys.stderr under gdsl's launcher: whole lines, marked, on `out`."""
+
+    def __init__(self, out) -> None:
+        self.out, self.buf = out, ""
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, s: str) -> int:
+        self.buf += s
+        *lines, self.buf = self.buf.split("\n")
+        for line in lines:
+            self.out.write(STDERR_MARK + line + "\n")
+        if lines:
+            self.out.flush()
+        return len(s)
+
+    def flush(self) -> None:
+        if self.buf:
+            self.out.write(STDERR_MARK + self.buf + "\n")
+            self.buf = ""
+        self.out.flush()
+
+
 def run(args: dict) -> int:
     from mpi4py import MPI
     rank = MPI.COMM_WORLD.Get_rank()
+    if args.get("launcher") and rank == 0:
+        sys.stderr = MarkedStderr(sys.stdout)
     run_dir = args.get("run_dir")
     if run_dir:
         try:
