@@ -85,6 +85,14 @@ def check_double_module(backend: str) -> None:
     torch.testing.assert_close(out.float(), ref(g.features), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(m(), out)   # the graph's float32 features, cast
     assert torch.autograd.gradcheck(m, (x,))
+    # The constants are computed in float64 from the graph (converted float32
+    # edge weights would be off by ~1e-7): the whole GCN matches float64 by hand.
+    s, d, n = m.gd.src, m.gd.dst, g.num_nodes
+    deg = torch.bincount(d, minlength=n).double()
+    a_hat = torch.zeros(n, n, dtype=torch.float64).index_put_((d, s), (deg[s] * deg[d]).rsqrt(), accumulate=True)
+    p = dict(m.named_parameters())
+    h = torch.nn.functional.elu(a_hat @ x @ p["GCNConv_1.W"] + p["GCNConv_1.b"])
+    torch.testing.assert_close(out, a_hat @ h @ p["GCNConv_2.W"] + p["GCNConv_2.b"], rtol=1e-12, atol=1e-12)
     with pytest.raises(GdslError, match=r"must be float64 .*got torch.float32; use x.to\(torch.float64\)"):
         m(g.features)
     assert m.float()(g.features).dtype == torch.float32   # and back

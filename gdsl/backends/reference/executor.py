@@ -137,20 +137,27 @@ class ReferenceModule(nn.Module):
         self.register_buffer("src_index", self.gd.src, persistent=False)
         self.register_buffer("dst_index", self.gd.dst, persistent=False)
         self._create_params(module)
-        self._consts: dict[Op, torch.Tensor] = {}
-        for op in module.main.ops:
-            if op.name == "vertex_const":
-                self._consts[op] = self.gd.vertex_const(op.attrs["expr"])
-            elif op.name == "edge_const":
-                self._consts[op] = self.gd.edge_const(op.attrs["expr"])
-            elif op.name == "degree":
-                self._consts[op] = self.gd.vertex_env["degree"]
+        self._float = torch.float32      # the float dtype of the constants (model.double())
+        self._consts = self._make_consts(torch.float32)
         self._spmm = self._plan_spmm(module)
         self._lin_anchor, self._lin_skip = plan_linear(self, module)
         self.feature_input = next((op.attrs["name"] for op in module.main.ops
                                    if op.name == "input" and op.result.type.domain == "vertex"
                                    and op.result.type.dtype == "f32"), None)
         self.loss_op = next((op for op in module.main.ops if op.name == "loss"), None)
+
+    def _make_consts(self, dtype: torch.dtype) -> dict[Op, torch.Tensor]:
+        """The folded graph constants (edge weights, degrees), computed from the
+        graph in `dtype`."""
+        consts: dict[Op, torch.Tensor] = {}
+        for op in self.ir.main.ops:
+            if op.name == "vertex_const":
+                consts[op] = self.gd.vertex_const(op.attrs["expr"], dtype)
+            elif op.name == "edge_const":
+                consts[op] = self.gd.edge_const(op.attrs["expr"], dtype)
+            elif op.name == "degree":
+                consts[op] = self.gd.vertex_env["degree"].to(dtype)
+        return consts
 
     def _create_params(self, module: Module) -> None:
         """One nn.Parameter per `param` op, initialised in op order from torch's
@@ -188,7 +195,7 @@ class ReferenceModule(nn.Module):
                     continue
                 w = self._consts[wv.owner]
             row, col = (self.gd.dst, self.gd.src) if op.attrs["to"] == "dst" else (self.gd.src, self.gd.dst)
-            vals = torch.ones(row.numel(), device=row.device) if w is None else w.to(torch.float32)
+            vals = torch.ones(row.numel(), dtype=self._float, device=row.device) if w is None else w
             n = self.gd.num_nodes
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -225,7 +232,7 @@ class ReferenceModule(nn.Module):
     def dtype(self) -> torch.dtype:
         """The params' dtype: float32 unless the module was converted (`model.double()`)."""
         p = next(iter(self._params.values()), None)
-        return torch.float32 if p is None else p.dtype
+        return self._float if p is None else p.dtype
 
     def _as_dtype(self, v):
         """Float graph data in the params' dtype (as stored when that is float32)."""
@@ -240,6 +247,14 @@ class ReferenceModule(nn.Module):
         throughout (torch.autograd.gradcheck)."""
         super()._apply(fn, recurse)
         if hasattr(self, "_consts"):
+            dtype = fn(torch.zeros(0, dtype=self._float)).dtype
+            if dtype != self._float:
+                # A new float dtype: compute the constants again from the graph
+                # (float32 values converted would keep float32 rounding).
+                dev = {k: t.device for k, t in self._consts.items()}   # Triton keeps them on its device
+                self._float = dtype
+                self._consts = {k: t.to(dev[k]) for k, t in self._make_consts(dtype).items()}
+                self._spmm = self._plan_spmm(self.ir)
             self._consts = {k: (fn(t) if isinstance(t, torch.Tensor) else t) for k, t in self._consts.items()}
             self._spmm = {k: fn(a) for k, a in getattr(self, "_spmm", {}).items()}
             self._converted()

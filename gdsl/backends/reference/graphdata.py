@@ -27,7 +27,7 @@ def eval_sympy(expr: sympy.Expr, env: dict[str, torch.Tensor]) -> torch.Tensor |
     if expr.is_Pow:
         base, exp = args
         if isinstance(base, float):
-            return torch.pow(torch.tensor(base), exp)
+            return torch.pow(torch.tensor(base, dtype=torch.float64), exp)  # the exponent's dtype wins
         return torch.pow(base, exp)
     if isinstance(expr, (sympy.Max, sympy.Min)):
         fn = torch.maximum if isinstance(expr, sympy.Max) else torch.minimum
@@ -85,10 +85,25 @@ class GraphData:
             "src_out_degree": lambda: outdeg[g.src], "dst_out_degree": lambda: outdeg[g.dst],
         })
 
-    def vertex_const(self, expr) -> torch.Tensor:
-        v = eval_sympy(expr, self.vertex_env)
-        return v if isinstance(v, torch.Tensor) else torch.full((self.num_nodes,), v, device=self.src.device)
+    def vertex_const(self, expr, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """A folded per-vertex constant, evaluated in `dtype` from the integer
+        degrees (so a float64 module's constants carry no float32 rounding)."""
+        v = eval_sympy(expr, _InDtype(self.vertex_env, dtype))
+        return v.to(dtype) if isinstance(v, torch.Tensor) else torch.full(
+            (self.num_nodes,), v, dtype=dtype, device=self.src.device)
 
-    def edge_const(self, expr) -> torch.Tensor:
-        v = eval_sympy(expr, self.edge_env)
-        return v if isinstance(v, torch.Tensor) else torch.full((self.src.numel(),), v, device=self.src.device)
+    def edge_const(self, expr, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        v = eval_sympy(expr, _InDtype(self.edge_env, dtype))
+        return v.to(dtype) if isinstance(v, torch.Tensor) else torch.full(
+            (self.src.numel(),), v, dtype=dtype, device=self.src.device)
+
+
+class _InDtype:
+    """A read-only view of a name -> tensor env whose float tensors come out in `dtype`."""
+
+    def __init__(self, env, dtype: torch.dtype) -> None:
+        self.env, self.dtype = env, dtype
+
+    def __getitem__(self, key):
+        v = self.env[key]
+        return v.to(self.dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v
