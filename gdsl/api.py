@@ -9,6 +9,7 @@ from typing import Any
 
 from torch import nn
 
+from gdsl.backends import require_backend
 from gdsl.compiler import Compiled, compile_source, front, read_source
 from gdsl.diagnostics import CompileError, GdslError
 from gdsl.graph.graph import Graph
@@ -93,16 +94,15 @@ class Program:
         backend = self.default_backend if backend is None else backend
         if backend not in BACKENDS:
             raise GdslError(f"unknown backend '{backend}' (available: {', '.join(BACKENDS)})")
+        require_backend(backend)   # GdslError without numba; without triton, or a GPU and TRITON_INTERPRET=1
         bound = self.bind(graph)
         if backend == "numba":
             try:
                 from gdsl.backends.numba.module import NumbaModule
-            except ImportError as e:
-                raise GdslError(f"backend 'numba' needs the numba package ({e}); pip install 'gdsl[numba]'") from None
+            except ImportError as e:   # installed but broken (e.g. a numpy it does not support)
+                raise GdslError(f"backend 'numba' could not be imported: {e}") from None
             m = NumbaModule(bound.module, graph)
         elif backend == "triton":
-            from gdsl.backends.triton import require_backend
-            require_backend()   # GdslError without triton, or without a GPU and TRITON_INTERPRET=1
             from gdsl.backends.triton.module import TritonModule
             m = TritonModule(bound.module, graph)
         else:

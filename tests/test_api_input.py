@@ -64,6 +64,15 @@ def test_module_needs_a_graph_and_a_backend_name():
         p.module(small(), backend="")
 
 
+def test_a_missing_numba_package_is_named(monkeypatch):
+    """One check (gdsl/backends/__init__.py) for prog.module() and gdsl run --np."""
+    import importlib.util
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "numba" else real(name, *a))
+    with pytest.raises(GdslError, match=r"backend 'numba' needs the numba package; pip install 'gdsl\[numba\]'"):
+        gdsl.compile(GCN).module(small(), backend="numba")
+
+
 @pytest.mark.parametrize("backend", ["reference", "numba"])
 @pytest.mark.parametrize("x,message", [
     (torch.ones(4, 3, 1), r"must have shape \[4, 3\] .*got \[4, 3, 1\]"),   # was: broadcast to a [4, 3, 2] output

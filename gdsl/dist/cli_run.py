@@ -8,6 +8,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from gdsl.backends import require_backend
 from gdsl.diagnostics import GdslError
 from gdsl.dist.part import Spec, parse_spec, part_path, read_header
 
@@ -116,19 +117,6 @@ def _check_existing(parts: Path, P: int, prog, graph, partition: str | None) -> 
     return h
 
 
-def check_backend(backend: str | None) -> None:
-    """The ranks' --backend can run here (numba installed; triton installed
-    and a GPU, or TRITON_INTERPRET=1): checked before the graph is
-    partitioned, not found out by every rank."""
-    if backend == "numba":
-        import importlib.util
-        if importlib.util.find_spec("numba") is None:
-            raise GdslError("backend 'numba' needs the numba package; pip install 'gdsl[numba]'")
-    elif backend == "triton":
-        from gdsl.backends.triton import require_backend
-        require_backend()
-
-
 def check_delay(delay, epochs: int) -> None:
     """cd-r (DistGNN §5.3): a leaf's partial aggregate reaches its root r
     epochs after it is sent; an r beyond the epochs trained delivers nothing
@@ -191,7 +179,7 @@ def run_distributed(args, prog, graph, data) -> int:
     P = args.np_
     if P < 1:
         raise GdslError(f"--np must be at least 1, got {P}")
-    check_backend(getattr(args, "backend", None))
+    require_backend(getattr(args, "backend", None))
     check_outputs(args)
     tmp = None
     launched = False
@@ -247,7 +235,7 @@ def _run_as_rank(args, prog, graph) -> int:
     err = None
     if comm.Get_rank() == 0:
         try:
-            check_backend(getattr(args, "backend", None))
+            require_backend(getattr(args, "backend", None))
             check_outputs(args)
             if not part_path(parts, 0).exists():
                 spec = choose_spec(prog, graph, size, args.partition, args.delay, args.halo, args.seed,
