@@ -15,3 +15,23 @@ def require_backend(backend: str | None) -> None:
     elif backend == "triton":
         from gdsl.backends.triton import require_backend as require_triton
         require_triton()
+
+
+def eager_under_torch_compile(forward):
+    """Decorator for a module's forward that launches its own kernels
+    (Numba, Triton): inside `torch.compile`, dynamo does not trace into the
+    launch code but runs the forward eagerly (a graph break), so the code
+    around it still compiles.  `torch.compiler.disable` is applied on the
+    first compiled call, not at import: it imports torch._dynamo (3 s)."""
+    import functools
+    eager: dict = {}
+
+    @functools.wraps(forward)
+    def run(self, *args, **kwargs):
+        import torch
+        if torch.compiler.is_compiling():
+            if "fn" not in eager:
+                eager["fn"] = torch.compiler.disable(forward)
+            return eager["fn"](self, *args, **kwargs)
+        return forward(self, *args, **kwargs)
+    return run

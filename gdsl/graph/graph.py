@@ -70,7 +70,9 @@ class Graph:
         feats = None if features is None else _as_tensor(features, torch.float32, "features")
         if num_nodes is None:
             num_nodes = feats.shape[0] if feats is not None else int(max(src_t.max(), dst_t.max()) + 1) if src_t.numel() else 0
-        elif isinstance(num_nodes, bool) or not isinstance(num_nodes, numbers.Integral) or num_nodes < 0:
+        if isinstance(num_nodes, torch.Tensor) and num_nodes.ndim == 0 and num_nodes.dtype in _INT_DTYPES:
+            num_nodes = int(num_nodes)   # a 0-d integer tensor
+        if isinstance(num_nodes, bool) or not isinstance(num_nodes, numbers.Integral) or num_nodes < 0:
             raise GdslError(f"{where}: num_nodes must be an integer >= 0, got {num_nodes!r}")
         for what, d in (("masks", masks), ("edata", edata)):
             if d is not None and not isinstance(d, dict):
@@ -149,6 +151,13 @@ class Graph:
                 raise GdslError(f"{where}: edge data '{k}' contains NaN or inf")
 
     # -- transformations used when a program binds the graph
+    def snapshot(self) -> "Graph":
+        """The same tensors in new dicts: what a module keeps at `module(graph)`,
+        so reassigning `graph.features`, `graph.masks[...]` or `graph.ndata[...]`
+        later does not reach it (changes made in place to a tensor do; nothing is copied)."""
+        return Graph(self.src, self.dst, self.num_nodes, self.features, self.labels, dict(self.masks),
+                     dict(self.edata), dict(self.ndata), self.name, self.source)
+
     def with_options(self, self_loops: bool = False, symmetric: bool = False) -> "Graph":
         """Apply `graph G (symmetric, self_loops)`: add reverse edges (deduplicated),
         then replace any existing self loops by exactly one per vertex (edge data 1.0)."""
@@ -185,6 +194,9 @@ def _first_occurrence(key: torch.Tensor):
     return uniq, torch.sort(first).values
 
 
+_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+
+
 def _as_tensor(x, dtype: torch.dtype, what: str) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         t = x.detach().cpu()
@@ -197,6 +209,10 @@ def _as_tensor(x, dtype: torch.dtype, what: str) -> torch.Tensor:
         if arr.dtype.kind not in "biuf":
             raise GdslError(f"{what}: expected numbers, got dtype {arr.dtype}")
         t = torch.from_numpy(np.ascontiguousarray(arr))
+    if dtype == torch.int64 and t.numel() == 0 and t.is_floating_point():
+        t = t.long()   # torch.tensor([]) is float32: an empty edge list
+    if t.dtype == torch.uint64 and bool((t.view(torch.int64) < 0).any()):   # would wrap to a negative id
+        raise GdslError(f"{what}: value {int(t.numpy().max())} does not fit in int64")
     if dtype == torch.int64 and (t.is_floating_point() or t.is_complex()):
         raise GdslError(f"{what}: expected integer ids, got {t.dtype}")
     if dtype == torch.bool and t.dtype != torch.bool:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import torch
 
+from gdsl.backends import eager_under_torch_compile
 from gdsl.backends.numba import dense
 from gdsl.backends.numba import ops as nb
 from gdsl.backends.numba.graph import CSRGraph
@@ -278,6 +279,7 @@ class NumbaModule(ReferenceModule):
         return out
 
     # ---- running
+    @eager_under_torch_compile   # a graph break inside torch.compile, not a trace of the launch code
     def forward(self, x=None):
         if self.training:
             self.step += 1   # the reference's dropout seeds count training steps
@@ -321,13 +323,13 @@ class NumbaModule(ReferenceModule):
         if op is None or op.attrs["mask"] == "all" or op.attrs["fn"] not in ("cross_entropy", "nll"):
             return super().loss(out)
         self.check_loss_output(out)
-        mask = self.graph.masks.get(op.attrs["mask"])
-        if mask is None or mask.dtype != torch.bool or mask.shape[0] != out.shape[0]:
+        mask = self.loss_mask()
+        if mask.dtype != torch.bool or mask.shape[0] != out.shape[0]:
             return super().loss(out)
-        hit = self._mask_rows
-        if hit is None or hit[0] is not mask:
-            hit = self._mask_rows = (mask, mask.nonzero().squeeze(1))
-        rows = hit[1]
+        hit = self._mask_rows   # (mask, its version, rows): a mask changed in place is seen
+        if hit is None or hit[0] is not mask or hit[1] != mask._version:
+            hit = self._mask_rows = (mask, mask._version, mask.nonzero().squeeze(1))
+        rows = hit[2]
         target = self._input(op.operands[1].owner, None).index_select(0, rows)
         out = out.index_select(0, rows)
         fn = torch.nn.functional.cross_entropy if op.attrs["fn"] == "cross_entropy" else torch.nn.functional.nll_loss

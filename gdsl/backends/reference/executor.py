@@ -132,7 +132,7 @@ class ReferenceModule(nn.Module):
     def __init__(self, module: Module, graph: Graph) -> None:
         super().__init__()
         self.ir = module
-        self.graph = graph
+        self.graph = graph = graph.snapshot()   # later reassignments of the user's graph do not reach it
         self.gd = GraphData(graph, module.attrs.get("graph", {}))
         self.register_buffer("src_index", self.gd.src, persistent=False)
         self.register_buffer("dst_index", self.gd.dst, persistent=False)
@@ -162,7 +162,7 @@ class ReferenceModule(nn.Module):
     def _create_params(self, module: Module) -> None:
         """One nn.Parameter per `param` op, initialised in op order from torch's
         global generator (so every backend and every rank draws the same values)."""
-        self._params: dict[str, nn.Parameter] = {}
+        self._param_names: list[str] = []
         self.dropout_seed, self.step = 0, 0
         self._op_index = {op: i for i, op in enumerate(module.main.ops)}
         for op in module.main.ops:
@@ -172,7 +172,22 @@ class ReferenceModule(nn.Module):
                 shape = tuple(int(d) for d in op.result.type.shape)
                 p = nn.Parameter(init_param(shape, op.attrs["init"]))
                 holder.register_parameter(pname, p)
-                self._params[op.attrs["name"]] = p
+                self._param_names.append(op.attrs["name"])
+
+    def param(self, name: str) -> torch.Tensor:
+        """The parameter registered now under `name` (e.g. `GCNConv_1.W`),
+        looked up on its holder at each use, so what torch code puts there is
+        used: `load_state_dict(assign=True)`, a new `nn.Parameter` assigned,
+        `torch.func.functional_call`, `torch.nn.utils.parametrize`."""
+        holder = self
+        for part in name.split("."):
+            holder = getattr(holder, part)
+        return holder
+
+    @property
+    def _params(self) -> dict[str, torch.Tensor]:
+        """The program's parameters by name, as registered now (see `param`)."""
+        return {k: self.param(k) for k in self._param_names}
 
     # Backends whose own kernels run the aggregations set this False: the
     # torch.sparse matrices below would be built and never used (for a graph
@@ -201,6 +216,18 @@ class ReferenceModule(nn.Module):
                 warnings.simplefilter("ignore")
                 plan[op] = torch.sparse_coo_tensor(torch.stack([row, col]), vals, (n, n)).coalesce().to_sparse_csr()
         return plan
+
+    def __getstate__(self):
+        """Pickle and `copy.deepcopy`: the torch.sparse CSR matrices travel as
+        their index and value tensors (deepcopy cannot copy a sparse CSR tensor)."""
+        state = self.__dict__.copy()
+        state["_spmm"] = {k: (a.crow_indices(), a.col_indices(), a.values(), tuple(a.shape))
+                          for k, a in self._spmm.items()}
+        return state
+
+    def __setstate__(self, state) -> None:
+        state["_spmm"] = {k: torch.sparse_csr_tensor(*parts) for k, parts in state["_spmm"].items()}
+        super().__setstate__(state)
 
     def linear_spmm(self, agg: Op):
         """The CSR matrix of aggregation `agg` when it runs as one torch.sparse
@@ -245,10 +272,14 @@ class ReferenceModule(nn.Module):
         (edge weights, degrees) and torch.sparse matrices, which are not
         buffers, follow the params, so a float64 module runs in float64
         throughout (torch.autograd.gradcheck)."""
+        current = getattr(self, "_float", torch.float32)
+        dtype = fn(torch.zeros(0, dtype=current)).dtype
+        if dtype not in (torch.float32, torch.float64):
+            raise GdslError(f"a gdsl module runs in float32 or float64 (model.float(), model.double()), "
+                            f"not {str(dtype).removeprefix('torch.')}; the params are unchanged")
         super()._apply(fn, recurse)
         if hasattr(self, "_consts"):
-            dtype = fn(torch.zeros(0, dtype=self._float)).dtype
-            if dtype != self._float:
+            if dtype != current:
                 # A new float dtype: compute the constants again from the graph
                 # (float32 values converted would keep float32 rounding).
                 dev = {k: t.device for k, t in self._consts.items()}   # Triton keeps them on its device
@@ -295,12 +326,26 @@ class ReferenceModule(nn.Module):
             got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise GdslError(f"loss: the model's output is [rows, {', '.join(map(str, want))}], got {got}")
 
+    def loss_mask(self) -> torch.Tensor | None:
+        """The loss's mask from the bound graph (None for `mask = all`); a
+        graph without it is an error here, not a loss over every vertex (a
+        module bound for inference needs no masks)."""
+        name = self.loss_op.attrs["mask"]
+        if name == "all":
+            return None
+        mask = self.graph.masks.get(name)
+        if mask is None:
+            have = ", ".join(self.graph.masks) or "none"
+            raise GdslError(f"model.loss(): the train block's loss uses mask '{name}', but the graph bound to the "
+                            f"module has masks: {have}")
+        return mask
+
     def loss(self, out: torch.Tensor) -> torch.Tensor:
         """The train block's loss of model output `out`."""
         op = self.loss_op
         self.check_loss_output(out)
         target = self._input(op.operands[1].owner, None)
-        mask = self.graph.masks.get(op.attrs["mask"]) if op.attrs["mask"] != "all" else None
+        mask = self.loss_mask()
         if mask is not None:
             out, target = out[mask], target[mask]
         fn = op.attrs["fn"]
@@ -309,7 +354,8 @@ class ReferenceModule(nn.Module):
         if fn == "nll":
             return F.nll_loss(out, target)
         if fn == "bce":
-            return F.binary_cross_entropy_with_logits(out.reshape(target.shape[0], -1).squeeze(-1), target.float())
+            return F.binary_cross_entropy_with_logits(out.reshape(target.shape[0], -1).squeeze(-1),
+                                                      target.to(out.dtype))
         return F.mse_loss(out, target.to(out.dtype).reshape(out.shape))
 
     # ---- one op
@@ -319,7 +365,7 @@ class ReferenceModule(nn.Module):
         if n == "input":
             return self._input(op, x)
         if n == "param":
-            return self._params[op.attrs["name"]]
+            return self.param(op.attrs["name"])
         if n == "const":
             return float(op.attrs["value"])
         if n in ("vertex_const", "edge_const", "degree"):

@@ -1,6 +1,8 @@
 """Graph-side tensors a compiled module needs: indices, degrees, constants."""
 from __future__ import annotations
 
+from typing import ClassVar
+
 import sympy
 import torch
 
@@ -49,21 +51,25 @@ def eval_sympy(expr: sympy.Expr, env: dict[str, torch.Tensor]) -> torch.Tensor |
 class EdgeEnv(dict):
     """Edge tensors by name: the graph's edge data, plus the per-edge degree
     arrays (`src_degree`, ...) made on first use only: each is an E-long
-    tensor, and most programs read none or two of the four."""
+    tensor, and most programs read none or two of the four.  (No lambdas
+    inside: a module that holds one pickles and deep-copies.)"""
 
-    def __init__(self, data: dict, derive: dict) -> None:
+    DERIVED: ClassVar[dict[str, tuple[str, str]]] = {"src_degree": ("degree", "src"), "dst_degree": ("degree", "dst"),
+               "src_out_degree": ("out_degree", "src"), "dst_out_degree": ("out_degree", "dst")}
+
+    def __init__(self, data: dict, vertex_env: dict, ends: dict) -> None:
         super().__init__(data)
-        self._derive = derive   # name -> () -> tensor
+        self._vertex_env, self._ends = vertex_env, ends   # {"degree": ..}, {"src": .., "dst": ..}
 
     def __missing__(self, key):
-        make = self._derive.get(key)
-        if make is None:
+        if key not in self.DERIVED:
             raise KeyError(key)
-        v = self[key] = make()
+        deg, end = self.DERIVED[key]
+        v = self[key] = self._vertex_env[deg][self._ends[end]]
         return v
 
     def __contains__(self, key) -> bool:
-        return dict.__contains__(self, key) or key in self._derive
+        return dict.__contains__(self, key) or key in self.DERIVED
 
     def get(self, key, default=None):
         return self[key] if key in self else default
@@ -80,10 +86,7 @@ class GraphData:
         self.src, self.dst = g.src, g.dst
         indeg, outdeg = g.in_degree(), g.out_degree()
         self.vertex_env = {"degree": indeg, "out_degree": outdeg}
-        self.edge_env = EdgeEnv(g.edata, {
-            "src_degree": lambda: indeg[g.src], "dst_degree": lambda: indeg[g.dst],
-            "src_out_degree": lambda: outdeg[g.src], "dst_out_degree": lambda: outdeg[g.dst],
-        })
+        self.edge_env = EdgeEnv(g.edata, self.vertex_env, {"src": g.src, "dst": g.dst})
 
     def vertex_const(self, expr, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """A folded per-vertex constant, evaluated in `dtype` from the integer

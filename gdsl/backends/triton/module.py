@@ -24,10 +24,9 @@ runs match the reference backend bit for bit in their masks.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
+from gdsl.backends import eager_under_torch_compile
 from gdsl.backends.reference.executor import ReferenceModule
 from gdsl.backends.reference.linear import drop_fusions, run_linear
 from gdsl.backends.triton import default_device
@@ -117,8 +116,8 @@ class TritonModule(ReferenceModule):
         self._consts = {op: (t.to(self.device) if isinstance(t, torch.Tensor) else t)
                         for op, t in self._consts.items()}
         self._moved: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        if any(m.device != self.device for m in graph.masks.values()):   # the loss's masks, beside its output
-            self.graph = dataclasses.replace(graph, masks={k: m.to(self.device) for k, m in graph.masks.items()})
+        if any(m.device != self.device for m in self.graph.masks.values()):   # the loss's masks, beside its output
+            self.graph.masks = {k: m.to(self.device) for k, m in self.graph.masks.items()}
         self.to(self.device)
 
     def kernel_plan(self) -> list[tuple[str, str]]:
@@ -157,6 +156,7 @@ class TritonModule(ReferenceModule):
         return super().loss(out.to(self.device))
 
     # ---- running
+    @eager_under_torch_compile   # a graph break inside torch.compile, not a trace of the launch code
     def forward(self, x=None):
         if self.training:
             self.step += 1   # the reference's dropout seeds count training steps

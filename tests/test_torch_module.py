@@ -1,0 +1,166 @@
+"""A compiled module behaves as PyTorch code expects of an nn.Module (found by
+a review pass as a PyTorch user, session 11): the parameters registered now
+are the ones used, the module pickles and deep-copies, runs inside
+torch.compile, keeps the graph it was bound to, and its loss names a missing
+mask and follows masks changed in place."""
+from __future__ import annotations
+
+import copy
+import io
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import random_graph
+
+import gdsl
+from gdsl.diagnostics import GdslError
+
+ROOT = Path(__file__).resolve().parent.parent
+GCN = str(ROOT / "programs" / "gcn.gd")
+SAGE = str(ROOT / "programs" / "sage.gd")   # `graph G` with no options: the module's graph is the user's
+BACKENDS = ["reference", "numba"]
+
+
+def bound(backend: str, program: str = GCN, graph=None):
+    torch.manual_seed(0)
+    g = graph if graph is not None else random_graph(n=20, e=60, f=5, c=3)
+    return gdsl.compile(program, hidden=4).module(g, backend=backend).eval(), g
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_forward_uses_the_parameters_registered_now(backend):
+    """Was: the forward read a private dict made at module(), so all of these were silently ignored."""
+    m, _ = bound(backend)
+    out = m()
+    zeros = {k: torch.zeros_like(p) for k, p in m.named_parameters()}
+    assert torch.count_nonzero(torch.func.functional_call(m, zeros, ())) == 0
+    m.GCNConv_2.b = torch.nn.Parameter(m.GCNConv_2.b.detach() + 100)
+    torch.testing.assert_close(m(), out + 100)
+    m().sum().backward()
+    assert m.GCNConv_2.b.grad is not None
+    other, _ = bound(backend)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.mul_(2)
+    m.load_state_dict(other.state_dict(), assign=True)
+    torch.testing.assert_close(m(), other())
+    torch.nn.utils.parametrize.register_parametrization(m.GCNConv_1, "W", _Zero())
+    assert torch.count_nonzero(m() - m.GCNConv_2.b) == 0
+
+
+class _Zero(torch.nn.Module):
+    def forward(self, w):
+        return torch.zeros_like(w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pickle_and_deepcopy_give_an_independent_working_copy(backend):
+    """Was: pickling failed (lambdas in the edge data), deepcopy of the reference failed (sparse CSR)."""
+    m, _ = bound(backend)
+    out = m()
+    buf = io.BytesIO()
+    torch.save(m, buf)
+    buf.seek(0)
+    for c in (copy.deepcopy(m), pickle.loads(pickle.dumps(m)), torch.load(buf, weights_only=False)):
+        torch.testing.assert_close(c(), out)
+        with torch.no_grad():
+            c.GCNConv_2.b.add_(1)
+        torch.testing.assert_close(c(), out + 1)
+        torch.testing.assert_close(m(), out)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_module_runs_inside_torch_compile(backend):
+    """Was (numba): dynamo traced into the kernel launch code and failed with a NameError."""
+    m, g = bound(backend)
+    lin = torch.nn.Linear(3, 3)
+    compiled = torch.compile(lambda x: lin(m(x)).relu(), backend="eager")
+    torch.testing.assert_close(compiled(g.features), lin(m(g.features)).relu())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reassigning_the_users_graph_does_not_reach_a_bound_module(backend):
+    """docs/cli.md: the module keeps the graph as it was at module(). Was: true
+    for gcn.gd (its graph options made a new graph), not for sage.gd."""
+    m, g = bound(backend, SAGE)
+    out, loss = m(), m.loss(m())
+    g.features = torch.randn_like(g.features)
+    g.labels = (g.labels + 1) % 3
+    g.masks["train"] = ~g.masks["train"]
+    torch.testing.assert_close(m(), out)
+    torch.testing.assert_close(m.loss(m()), loss)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_loss_names_a_missing_mask(backend):
+    """Was: a graph without the loss's mask gave a loss over every vertex."""
+    g = random_graph(n=20, e=60, f=5, c=3)
+    g = gdsl.Graph.from_edges(g.src, g.dst, g.num_nodes, features=g.features, labels=g.labels)
+    m, _ = bound(backend, graph=g)
+    assert m().shape == (20, 3)   # inference needs no masks
+    with pytest.raises(GdslError, match=r"loss uses mask 'train', but the graph bound to the module has masks: none"):
+        m.loss(m())
+
+
+def test_numba_loss_follows_a_mask_changed_in_place():
+    """Was: numba kept the mask's rows by the tensor's identity and returned the old loss."""
+    losses = {}
+    for backend in BACKENDS:
+        m, g = bound(backend)
+        m.loss(m())
+        g.masks["train"].copy_(~g.masks["train"])
+        losses[backend] = m.loss(m())
+    torch.testing.assert_close(losses["numba"], losses["reference"])
+
+
+BCE = """graph G (symmetric)
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train
+layer Lin[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    scatter   m = src.h
+    gather    a = mean(m)
+    transform t = a @ W
+    return t
+}
+model M { return Lin[1](X) }
+train t {
+    model = M
+    loss  = bce(Y, mask = train)
+}
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bce_loss_in_float64(backend):
+    """Was: bce cast its target to float32, so a float64 module's loss was float32."""
+    g = gdsl.Graph.from_edges([0, 1, 2, 3, 4], [1, 2, 3, 4, 5], features=torch.randn(6, 3),
+                              labels=[0, 1, 0, 1, 1, 0], train_mask=[1, 1, 1, 0, 0, 1])
+    m = gdsl.compile(BCE).module(g, backend=backend).double()
+    x = g.features.double().requires_grad_()
+    assert m.loss(m(x)).dtype == torch.float64
+    assert torch.autograd.gradcheck(lambda x: m.loss(m(x)), (x,))
+
+
+@pytest.mark.parametrize("convert", [lambda m: m.half(), lambda m: m.to(torch.bfloat16)])
+def test_half_precision_is_refused_before_anything_changes(convert):
+    """Was: model.half() converted the params, then failed deep inside torch.sparse."""
+    m, _ = bound("reference")
+    out = m()
+    with pytest.raises(GdslError, match=r"runs in float32 or float64 .* not (float16|bfloat16); the params are unchanged"):
+        convert(m)
+    assert m.dtype == torch.float32
+    torch.testing.assert_close(m(), out)
+
+
+def test_from_edges_takes_what_torch_and_pyg_hand_it():
+    assert gdsl.Graph.from_edges(torch.tensor([]), torch.tensor([]), 3).num_edges == 0   # float32 when empty
+    assert gdsl.Graph.from_edges([0, 1], [1, 2], torch.tensor(3)).num_nodes == 3        # a 0-d tensor
+    with pytest.raises(GdslError, match="num_nodes must be an integer >= 0"):
+        gdsl.Graph.from_edges([0, 1], [1, 2], torch.tensor(-1))
+    big = torch.tensor([0, 2 ** 63 + 5], dtype=torch.uint64)   # was: reported as a wrapped negative id
+    with pytest.raises(GdslError, match="src: value 9223372036854775813 does not fit in int64"):
+        gdsl.Graph.from_edges(big, torch.tensor([1, 2]), 3)
