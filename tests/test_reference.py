@@ -172,3 +172,69 @@ def test_max_min_of_zero_and_ties_keep_the_whole_gradient(backend, reduce):
     gout[3, 0] = gout[4, 0] = 1.0
     out.backward(gout)
     assert xin.grad[:, 0].tolist() == [1.5, 0.0, 0.5, 0.0, 0.0, 0.0]
+
+
+PARAM_ARITH = """graph G (self_loops)
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train
+layer A[dout, heads = 2](h: [din]) -> [dout] {
+    param W  : f32[din, heads, dout] = glorot
+    param al : f32[heads, dout] = glorot
+    param B  : f32[dout, dout] = glorot
+    param s  : f32[dout] = glorot
+    transform z = h @ W
+    scatter   s1 = dot(src.z, al * 2)
+    scatter   e = edge_softmax(s1)
+    scatter   m = e * src.z
+    gather    o = sum(m)
+    apply     out = mean(o, 0) * (1 + s) + sum(B + s, 0)
+    return out
+}
+model M { return A[C](X) }
+train t { model = M; loss = cross_entropy(Y, mask = train); epochs = 1 }
+"""
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_arithmetic_between_params_and_numbers(backend):
+    """`1 + s`, `al * 2`, `B + s` (params and constants only) have no row axis.
+    Was: a [1, ...] row axis, so the model output came out [1, N, C] or an
+    internal error (index out of range, size mismatch)."""
+    g = random_graph(seed=2, c=3)
+    torch.manual_seed(0)
+    ref = gdsl.compile(PARAM_ARITH).module(g, backend="reference").eval()
+    m = gdsl.compile(PARAM_ARITH).module(g, backend=backend).eval()
+    m.load_state_dict(ref.state_dict())
+    assert m().shape == (g.num_nodes, 3)
+    torch.testing.assert_close(m(), ref())
+    m().sum().backward()
+    assert all(q.grad is not None for q in m.parameters())
+
+
+RESHAPE = """graph G (self_loops)
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train
+layer H[dout, heads](h: [din]) -> [heads, dout] {
+    param W  : f32[din, heads * dout] = glorot
+    param bd : f32[dout] = zeros
+    transform z = h @ W
+    apply r = reshape(z, [heads, dout])
+    apply out = r + bd
+    return out
+}
+model M[heads = 3] { return mean(H[C, heads](X), 0) }
+train t { model = M; loss = cross_entropy(Y, mask = train); epochs = 1 }
+"""
+
+
+@pytest.mark.parametrize("heads", [3, 4])
+def test_reshape_keeps_symbolic_dims_for_broadcast(heads):
+    """A [dout] bias on reshape(z, [heads, dout]) adds along dout whatever the
+    sizes. Was: the reshape's dims were the sizes, so heads == dout (3 == C)
+    aligned the bias per head instead."""
+    g = random_graph(seed=1, c=3)
+    model = gdsl.compile(RESHAPE, heads=heads).module(g, backend="reference")
+    add = next(op for op in model.ir.main.ops if op.name == "add" and op.operands[0].owner.name == "reshape")
+    assert add.attrs["broadcast"] == "trail"

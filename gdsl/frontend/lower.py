@@ -735,7 +735,10 @@ class Lowerer:
             if not isinstance(e.args[1], ast.ListExpr):
                 self.error(e.args[1].span, "reshape's shape is a list, e.g. reshape(x, [heads, d])")
             shape = list(self.shape(e.args[1].items, sc.env))
-            return self.emit(sc, "reshape", [self.expr(e.args[0], sc)], {"shape": shape}, s)
+            v = self.emit(sc, "reshape", [self.expr(e.args[0], sc)], {"shape": shape}, s)
+            if sc.in_layer:   # the symbolic [heads, dout], so a later broadcast does not decide by sizes
+                self.symshape[v] = self.shape(e.args[1].items, sc.env, symbolic=True)
+            return v
         if name == "dropout":
             kw = self._nargs(e, 1, 2, ("p",))
             p_e = e.args[1] if len(e.args) > 1 else kw.get("p")

@@ -55,14 +55,15 @@ def _rows(t: Type) -> int:
     return 1 if t.domain in ("vertex", "edge") else 0
 
 
-def _align(x, t: Type, target_rank: int, lead: bool):
-    """View `x` (of type t) with its feature axes padded to `target_rank` by 1s."""
+def _align(x, t: Type, target_rank: int, lead: bool, row_axis: bool = True):
+    """View `x` (of type t) with its feature axes padded to `target_rank` by 1s,
+    behind a row axis (size 1 for a param) when the other operand has rows."""
     if not isinstance(x, torch.Tensor):
         return x
     fs = list(x.shape[_rows(t):])
     pad = [1] * (target_rank - len(fs))
     new = (fs + pad) if lead else (pad + fs)
-    rows = list(x.shape[: _rows(t)]) if _rows(t) else [1]
+    rows = list(x.shape[: _rows(t)]) if _rows(t) else [1] if row_axis else []
     return x.reshape(rows + new)
 
 
@@ -78,7 +79,8 @@ def _align_pair(xa, ta: Type, xb, tb: Type, mode: str | None):
         return xa, xb
     rank = max(len(ta.shape), len(tb.shape))
     lead = mode != "trail"
-    return _align(xa, ta, rank, lead), _align(xb, tb, rank, lead)
+    rows = bool(_rows(ta) or _rows(tb))   # param (op) const, param (op) param: no row axis (was: [1, ...])
+    return _align(xa, ta, rank, lead, rows), _align(xb, tb, rank, lead, rows)
 
 
 def scatter_extremum(m: torch.Tensor, idx: torch.Tensor, rows: int, reduce: str, empty: float = 0.0) -> torch.Tensor:
