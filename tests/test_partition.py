@@ -367,3 +367,33 @@ def test_bad_arguments():
         gp.replicas(np.array([0]), np.array([1]), np.array([0, 0]), 2, 2)
     with pytest.raises(GdslError, match="feature count"):
         gp.feature_slices(-1, 2)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads struct sigaction (Linux layout)")
+def test_metis_leaves_sigterm_interrupting_waits():
+    """GKlib re-installs the SIGTERM handler with C signal(), which adds
+    SA_RESTART; the launcher's wait then ignored `timeout`'s SIGTERM until
+    training ended (was: a 15 s timeout stopped a METIS run after 94 s)."""
+    pytest.importorskip("pymetis")
+    import ctypes
+    import signal
+
+    class SigAction(ctypes.Structure):
+        _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16), ("flags", ctypes.c_int),
+                    ("restorer", ctypes.c_void_p)]
+
+    def restarts() -> bool:
+        sa = SigAction()
+        ctypes.CDLL(None).sigaction(signal.SIGTERM, None, ctypes.byref(sa))
+        return bool(sa.flags & 0x10000000)   # SA_RESTART
+
+    old = signal.signal(signal.SIGTERM, lambda *a: None)
+    try:
+        assert not restarts()
+        n = 100
+        s = np.arange(n)
+        d = (s + 1) % n
+        gp.edge_cut_metis(np.concatenate([s, d]), np.concatenate([d, s]), n, 2)
+        assert not restarts()
+    finally:
+        signal.signal(signal.SIGTERM, old)

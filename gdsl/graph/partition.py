@@ -34,7 +34,10 @@ and in plain Python otherwise (same result, about 1-2 microseconds per edge).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import signal
+import threading
 from collections.abc import Callable
 
 import numpy as np
@@ -171,6 +174,26 @@ def _simple_symmetric_csr(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.
     return xadj, cols
 
 
+@contextlib.contextmanager
+def _signal_handlers_kept():
+    """METIS's GKlib traps SIGTERM/SIGINT and puts the old handlers back with
+    C `signal()`, which adds SA_RESTART: after that a blocking wait (the
+    launcher's) is resumed instead of interrupted, so SIGTERM (timeout,
+    Slurm) was acted on only when training ended.  Re-install Python's
+    handlers as they were (sigaction without SA_RESTART)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = [sig for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if sig is not None]
+    saved = {sig: signal.getsignal(sig) for sig in sigs}
+    try:
+        yield
+    finally:
+        for sig, h in saved.items():
+            if h is not None:
+                signal.signal(sig, h)
+
+
 def edge_cut_metis(src, dst, num_nodes: int, P: int, seed: int = 0) -> np.ndarray:
     """Edge-cut row partition with METIS (``pymetis.part_graph``).
 
@@ -194,10 +217,11 @@ def edge_cut_metis(src, dst, num_nodes: int, P: int, seed: int = 0) -> np.ndarra
         raise GdslError("edge_cut_metis needs the METIS bindings: pip install pymetis") from None
     xadj, adjncy = _simple_symmetric_csr(s, d, n)
     options = pymetis.Options(seed=int(seed))
-    if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025.2; xadj= is deprecated there
-        result = pymetis.part_graph(P, pymetis.CSRAdjacency(xadj, adjncy), options=options)
-    else:  # pragma: no cover - older pymetis
-        result = pymetis.part_graph(P, xadj=xadj, adjncy=adjncy, options=options)
+    with _signal_handlers_kept():
+        if hasattr(pymetis, "CSRAdjacency"):  # pymetis >= 2025.2; xadj= is deprecated there
+            result = pymetis.part_graph(P, pymetis.CSRAdjacency(xadj, adjncy), options=options)
+        else:  # pragma: no cover - older pymetis
+            result = pymetis.part_graph(P, xadj=xadj, adjncy=adjncy, options=options)
     owner = np.asarray(result[1], dtype=np.int64)
     if owner.shape != (n,) or (n and (owner.min() < 0 or owner.max() >= P)):
         raise GdslError(f"pymetis returned an invalid partition (shape {owner.shape}) for "
