@@ -123,7 +123,7 @@ def _dist_args(g) -> None:
                         "vertex_cut | features | redistribute | redistribute(R_A) | auto (default: the schedule's hint, else "
                         "the cost model's choice)")
     g.add_argument("--delay", type=_delay, help="vertex_cut only: 0 (cd-0, exact), r > 0 (cd-r) or none (0c)")
-    g.add_argument("--halo", choices=("alltoallv", "bcast"), default="alltoallv",
+    g.add_argument("--halo", choices=("alltoallv", "bcast"), default=None,
                    help="1D halo exchange: all-to-all-v of the needed rows (default) or broadcast of whole blocks")
     g.add_argument("--mem-per-rank", metavar="BYTES", help="memory budget per rank for the automatic choice, e.g. 4G")
 

@@ -141,6 +141,10 @@ CASES = [
      "14:21", "cannot broadcast shapes [16] and [F]"),
     ("dimension-not-positive", "gcn.gd", "param b : f32[dout] = zeros", "param b : f32[0] = zeros",
      "9:19", "dimension must be a positive integer, got 0"),
+    ("dimension-too-large", "gcn.gd", "param b : f32[dout] = zeros", "param b : f32[99999999999999999999] = zeros",
+     "9:19", "dimension is too large: 99999999999999999999 (at most 2**40)"),   # was: an overflow inside torch
+    ("static-arg-dimension-too-large", "gcn.gd", "model     = GCN[hidden = 16]", "model     = GCN[hidden = 4000000000000]",
+     "20:14", "GCNConv's static argument 'dout' is used as a dimension and is too large: 4000000000000"),
     ("sum-without-axis", "gcn.gd", "apply     out = s + b", "apply     out = sum(s) + b",
      "14:21", "sum(x, axis) reduces a feature axis"),
     ("leaky-relu-non-constant-slope", "gat.gd", "leaky_relu(dot(src.zs, al) + dot(dst.zs, ar), 0.2)",

@@ -39,6 +39,7 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
     """--partition, else the schedule's `partition` hint, else the cost model's
     fastest executable plan (`auto`)."""
     sched = prog.checked.schedule
+    halo = halo or "alltoallv"   # --halo's default (None: not given)
     # `--partition auto` is what an absent flag means: the cost model over the schedule's hint
     if partition is not None and not partition.strip():
         raise GdslError("--partition: empty (give a plan such as rows(metis), or auto)")
@@ -96,9 +97,11 @@ def worker_args(args, prog, parts: str) -> dict:
             "log_every": args.log_every, "backend": getattr(args, "backend", None) or "reference"}
 
 
-def _check_existing(parts: Path, P: int, prog, graph, partition: str | None) -> dict:
+def _check_existing(parts: Path, P: int, prog, graph, partition: str | None, delay=None,
+                    halo: str | None = None) -> dict:
     """The header of rank 0's file of a partition already in --parts, checked
-    for this run: rank count, program, graph and (when given) --partition."""
+    for this run: rank count, program, graph and (when given) --partition,
+    --delay and --halo."""
     from gdsl.dist.run import graph_key, program_key
     p0 = part_path(parts, 0)
     if not p0.exists():
@@ -110,10 +113,17 @@ def _check_existing(parts: Path, P: int, prog, graph, partition: str | None) -> 
         raise GdslError(f"{parts}: partitioned for another program (or other --set values); partition again")
     if h.get("graph") != graph_key(graph):
         raise GdslError(f"{parts}: partitioned for another graph (not {graph.source or graph.name}); partition again")
-    stored = str(h.get("strategy", ""))
-    if partition not in (None, "auto") and stored.split("(")[0].split()[0] != partition.split("(")[0].strip():
-        raise GdslError(f"{parts}: partitioned as {stored}, but --partition asks for {partition}; partition again "
-                        "or drop --partition")
+    stored, sj = str(h.get("strategy", "")), h.get("spec") or {}
+    if partition not in (None, "auto"):
+        want = parse_spec(partition)   # rows = rows(hash), edge_cut = rows(metis), ...
+        if (want.strategy, want.arg) != (sj.get("strategy"), sj.get("arg")) and \
+                not (want.strategy == "redistribute" and want.arg is None and sj.get("strategy") == "redistribute"):
+            raise GdslError(f"{parts}: partitioned as {stored}, but --partition asks for {partition}; partition "
+                            "again or drop --partition")
+    for flag, value, key in (("--delay", delay, "delay"), ("--halo", halo, "halo")):
+        if value is not None and key in sj and value != sj[key]:
+            raise GdslError(f"{parts}: partitioned with {key} = {sj[key]}, but {flag} asks for {value}; partition "
+                            f"again or drop {flag}")
     return h
 
 
@@ -188,7 +198,7 @@ def run_distributed(args, prog, graph, data) -> int:
     with stop_on_signals():
         try:
             if args.parts and part_path(args.parts, 0).exists():
-                h = _check_existing(Path(args.parts), P, prog, graph, args.partition)
+                h = _check_existing(Path(args.parts), P, prog, graph, args.partition, args.delay, args.halo)
                 check_delay((h.get("spec") or {}).get("delay"), _epochs(args, prog))
                 _check_resume(args, P, prog, h.get("graph"), h.get("strategy"))
                 parts = args.parts
@@ -219,6 +229,18 @@ def run_distributed(args, prog, graph, data) -> int:
                 shutil.rmtree(tmp, ignore_errors=True)
 
 
+def _cache_name(args, prog, graph, size: int) -> str:
+    """The partition cache under a foreign launcher, `.gdsl-parts/NAME`: one
+    per program, graph, plan arguments and rank count (was: program and rank
+    count only, so another --data or --partition reused a stale partition)."""
+    import hashlib
+
+    from gdsl.dist.run import graph_key, program_key
+    plan = repr((graph_key(graph), args.partition, args.delay, args.halo, args.seed, args.mem_per_rank))
+    return f"{program_key(prog.source, prog.overrides, prog.train_name)}-" \
+           f"{hashlib.sha256(plan.encode()).hexdigest()[:12]}-{size}"
+
+
 def _run_as_rank(args, prog, graph) -> int:
     """Started by mpiexec/srun: rank 0 partitions (unless --parts holds one)
     and checks what can be checked before training (outputs, --resume); all
@@ -226,18 +248,20 @@ def _run_as_rank(args, prog, graph) -> int:
     from mpi4py import MPI
 
     from gdsl.dist import worker
-    from gdsl.dist.run import program_key, write_partition
+    from gdsl.dist.run import write_partition
     comm = MPI.COMM_WORLD
     size = comm.Get_size()
     if args.np_ is not None and args.np_ != size:
         raise GdslError(f"--np {args.np_} but the launcher started {size} ranks")
-    parts = args.parts or str(Path(".gdsl-parts") / f"{program_key(prog.source, prog.overrides, prog.train_name)}-{size}")
+    parts = args.parts or str(Path(".gdsl-parts") / _cache_name(args, prog, graph, size))
     err = None
     if comm.Get_rank() == 0:
         try:
             require_backend(getattr(args, "backend", None))
             check_outputs(args)
-            if not part_path(parts, 0).exists():
+            if args.parts and part_path(parts, 0).exists():
+                _check_existing(Path(parts), size, prog, graph, args.partition, args.delay, args.halo)
+            elif not part_path(parts, 0).exists():
                 spec = choose_spec(prog, graph, size, args.partition, args.delay, args.halo, args.seed,
                                    args.mem_per_rank)
                 check_delay(spec.delay, _epochs(args, prog))
@@ -248,6 +272,10 @@ def _run_as_rank(args, prog, graph) -> int:
                 _check_resume(args, size, prog, h.get("graph"), h.get("strategy"))
         except GdslError as e:
             err = str(e)
+        except OSError as e:   # e.g. a --parts or working directory that cannot be written
+            err = f"{e.filename + ': ' if e.filename else ''}{e.strerror or e}"
+        except Exception as e:   # noqa: BLE001 - told to every rank, so none waits in bcast for ever
+            err = f"internal error: {type(e).__name__}: {e} (this is a bug in gdsl)"
     err = comm.bcast(err, root=0)
     if err:
         if comm.Get_rank() == 0:

@@ -28,6 +28,7 @@ BUILTIN_FNS = UNARY_FNS + ("leaky_relu", "max", "min", "dot", "sum", "mean", "so
                            "reshape", "dropout", "edge_softmax", "flatten")
 INITS = {"glorot": 0, "zeros": 0, "ones": 0, "normal": 1, "uniform": 1}
 MAX_UNROLL = 1000
+MAX_DIM = 2 ** 40   # larger than any tensor axis: a typo, caught here, not as an overflow in torch
 
 
 class _Bail(Exception):
@@ -203,17 +204,21 @@ class Lowerer:
         out = []
         for d in dims:
             v = self.static(d, env, symbolic=symbolic)
+            problem = None
             if v.is_number and (not v.is_Integer or v <= 0):
                 whole = v.is_finite and float(v).is_integer()   # 16.0: a float with a whole value
                 hint = f" (a float; write {int(v)})" if whole and v > 0 else ""
+                problem = f"must be a positive integer, got {_fmt(v)}{hint}"
+            elif v.is_number and v > MAX_DIM:   # no tensor has such an axis (was: an overflow deep in torch)
+                problem = f"is too large: {v} (at most 2**40)"
+            if problem:
                 site = self.call_sites[-1] if self.call_sites else None
                 if site is not None and isinstance(d, ast.Name) and d.id in site[2]:
                     # a static argument of the call being lowered: reported once, at the call
                     self.diags.error(site[1], f"{site[0]}'s static argument '{d.id}' is used as a dimension and "
-                                     f"must be a positive integer, got {_fmt(v)}{hint}",
-                                     (self.diags.note(d.span, f"'{d.id}' used as a dimension"),))
+                                     f"{problem}", (self.diags.note(d.span, f"'{d.id}' used as a dimension"),))
                     raise _Bail()
-                self.error(d.span, f"dimension must be a positive integer, got {_fmt(v)}{hint}")
+                self.error(d.span, f"dimension {problem}")
             out.append(sympy.Integer(int(v)) if v.is_number else v)
         return tuple(out)
 

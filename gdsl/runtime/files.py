@@ -34,12 +34,22 @@ def check_json_path(path: str, flag: str = "--json") -> None:
         raise GdslError(f"{flag} {p}: {parent} is not a directory")
     if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise GdslError(f"{flag} {p}: cannot write in {parent} (permission denied)")
+    import tempfile
+    try:   # os.access passes for root where writing fails (/proc, /sys, a read-only mount): try it
+        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".probe", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise GdslError(f"{flag} {p}: cannot write in {parent} ({e.strerror or e})") from None
 
 
 def write_json(path: str, payload: dict) -> None:
     """Write atomically (`write_atomic`); NaN -> null."""
     check_json_path(path)
-    write_atomic(Path(path), json.dumps(_finite_or_null(payload), indent=2, default=str, allow_nan=False) + "\n")
+    try:
+        write_atomic(Path(path), json.dumps(_finite_or_null(payload), indent=2, default=str, allow_nan=False) + "\n")
+    except OSError as e:   # the disk filled, the directory went away during the run
+        raise GdslError(f"--json {path}: could not be written ({e.strerror or e})") from None
 
 
 def write_atomic(p: Path, text: str) -> None:
