@@ -112,3 +112,22 @@ def test_compile_np_records_the_plan_the_schedule_hints(tmp_path):
     code, out, err = run_gdsl(["compile", str(prog), "--data", "cora", "--np", "4"])
     assert code == 0, err
     assert "chosen_by" not in out.splitlines()[0] and "rows_replicated" not in out.splitlines()[0].split("schedule=")[0]
+
+
+def test_auto_chooses_a_plan_the_ranks_can_run():
+    """gat.gd over 16 ranks: the cost model's fastest is RDM, which cannot run
+    an edge softmax; `auto` takes the fastest plan the ranks can run. Was: it
+    chose RDM and every rank refused it."""
+    import gdsl
+    from gdsl.compiler import compile_source
+    from gdsl.dist.cli_run import choose_spec
+    from gdsl.dist.module import check_supported
+    from gdsl.graph.io import load_graph, resolve_data
+    from gdsl.runtime.binding import bind_dims
+
+    prog = gdsl.compile(str(ROOT / "programs" / "gat.gd"))
+    graph = load_graph(resolve_data(None))
+    spec = choose_spec(prog, graph, 16, None, None, None, 0, quiet=True)
+    assert spec.strategy != "redistribute"
+    dims = bind_dims(prog.checked, graph)
+    check_supported(spec.strategy, compile_source(prog.source, prog.file, dims=dims).module)

@@ -72,6 +72,8 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
                                      train=prog.train_name, stop_after="lower").module
             pl = plan(lowered, dims, P, parse_bytes(mem_per_rank) if mem_per_rank else None,
                       allow_approximate=delay != 0, graph=g)
+            from gdsl.dist.module import check_supported
+            optimised = {}   # the ranks' IR, per delay (the order pass reads it): what check_supported sees
             for cand in pl.choice.candidates:
                 if not cand.fits:
                     continue
@@ -80,10 +82,16 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
                     continue
                 try:
                     spec = parse_spec(t, delay=delay if t.startswith("vertex_cut") else 0, halo=halo, seed=seed)
+                    if spec.delay not in optimised:
+                        optimised[spec.delay] = compile_source(prog.source, prog.file, dims=dims,
+                                                               overrides=prog.overrides, train=prog.train_name,
+                                                               delay=spec.delay).module
+                    check_supported(spec.strategy, optimised[spec.delay])   # e.g. RDM and an edge softmax
                 except GdslError:
                     continue
                 if not quiet:
-                    note = "" if cand is pl.choice.best else f" (the model's fastest, {pl.choice.best.name}, is not executable yet)"
+                    note = "" if cand is pl.choice.best else \
+                        f" (the model's fastest, {pl.choice.best.name}, cannot run this program yet)"
                     print(f"gdsl: partition = auto: the cost model chose {cand.name}{note}", file=sys.stderr)
                 return spec
             raise GdslError("partition = auto: no executable plan fits; name one with --partition")

@@ -69,6 +69,37 @@ def _view(own_pos: np.ndarray, src, dst, in_deg, out_deg, edata: dict, graph, de
     return gd
 
 
+def check_supported(s: str, module: Module, name=None) -> None:
+    """Refuse (GdslError) an op that strategy `s` cannot run exactly: checked by
+    each rank before any communication, and by `partition = auto` so the cost
+    model's choice is one the ranks can run."""
+    name = name or (lambda v: f"%{v.hint or '?'}")
+    for op in module.main.ops:
+        n = op.name
+        where = f"op {name(op.result) if op.result is not None else n} ({n})"
+        if s in ("rows_replicated", "vertex_cut"):
+            if n in ("edge_softmax", "gat_aggregate"):
+                raise GdslError(f"partition = {s} cannot run {where}: an edge softmax needs all of a vertex's "
+                                "incoming edges on one rank; use rows, features or replicate")
+            if n in ("gather", "aggregate") and op.attrs.get("to") == "src" and s == "rows_replicated":
+                raise GdslError(f"partition = {s} cannot run {where}: reductions over outgoing edges "
+                                "(to = src) are not implemented for 1.5D; use rows")
+            if n in ("gather", "aggregate") and op.attrs.get("reduce") not in ("sum", "mean", "max", "min"):
+                raise GdslError(f"partition = {s} cannot run {where}")
+        if s == "redistribute":
+            if n in ("src", "dst", "gather", "edge_softmax", "sddmm", "gat_aggregate"):
+                raise GdslError(f"partition = redistribute (RDM) cannot run {where}: RDM redistributes around "
+                                "SpMM-like aggregations (a scatter of src.x, optionally times an edge "
+                                "constant, then a gather) only; use rows")
+            if n == "aggregate":
+                if op.attrs["msg"] not in ("copy_src", "mul") or op.attrs["to"] != "dst":
+                    raise GdslError(f"partition = redistribute cannot run {where}: not an SpMM")
+                if op.attrs["msg"] == "mul" and (op.operands[1].owner is None
+                                                 or op.operands[1].owner.name != "edge_const"):
+                    raise GdslError(f"partition = redistribute cannot run {where}: the edge factor must be "
+                                    "a graph constant")
+
+
 class DistModule(ReferenceModule):
     """One rank of a distributed plan, as a torch Module (forward returns the
     rows this rank computes; `loss` and `metrics` are global).
@@ -181,31 +212,7 @@ class DistModule(ReferenceModule):
 
     def _check_supported(self, module: Module) -> None:
         """Refuse, before any communication, an op the plan cannot run exactly."""
-        s = self.spec.strategy
-        for op in module.main.ops:
-            n = op.name
-            where = f"op {self._vn(op.result) if op.result is not None else n} ({n})"
-            if s in ("rows_replicated", "vertex_cut"):
-                if n in ("edge_softmax", "gat_aggregate"):
-                    raise GdslError(f"partition = {s} cannot run {where}: an edge softmax needs all of a vertex's "
-                                    "incoming edges on one rank; use rows, features or replicate")
-                if n in ("gather", "aggregate") and op.attrs.get("to") == "src" and s == "rows_replicated":
-                    raise GdslError(f"partition = {s} cannot run {where}: reductions over outgoing edges "
-                                    "(to = src) are not implemented for 1.5D; use rows")
-                if n in ("gather", "aggregate") and op.attrs.get("reduce") not in ("sum", "mean", "max", "min"):
-                    raise GdslError(f"partition = {s} cannot run {where}")
-            if s == "redistribute":
-                if n in ("src", "dst", "gather", "edge_softmax", "sddmm", "gat_aggregate"):
-                    raise GdslError(f"partition = redistribute (RDM) cannot run {where}: RDM redistributes around "
-                                    "SpMM-like aggregations (a scatter of src.x, optionally times an edge "
-                                    "constant, then a gather) only; use rows")
-                if n == "aggregate":
-                    if op.attrs["msg"] not in ("copy_src", "mul") or op.attrs["to"] != "dst":
-                        raise GdslError(f"partition = redistribute cannot run {where}: not an SpMM")
-                    if op.attrs["msg"] == "mul" and (op.operands[1].owner is None
-                                                     or op.operands[1].owner.name != "edge_const"):
-                        raise GdslError(f"partition = redistribute cannot run {where}: the edge factor must be "
-                                        "a graph constant")
+        check_supported(self.spec.strategy, module, self._vn)
 
     def _mark_feature_region(self, module: Module) -> None:
         """P3 §3.1-3.2: the ops of layer 1 up to its sync run model-parallel on
