@@ -96,6 +96,18 @@ def test_a_failing_rank_stops_every_rank_quickly(tmp_path, how):
     assert ps.stdout.strip() == "", "worker processes left behind"
 
 
+def test_the_rank_that_died_is_named_among_four(tmp_path):
+    """Was: named from hydra's "PID n RUNNING AT" line, which names any of the
+    ranks it stopped (rank 2 killed, rank 1 named). Now: the first rank whose
+    process is gone."""
+    prog = tmp_path / f"gcn_kill4_{os.getpid()}.gd"
+    prog.write_text(Path(GCN).read_text())
+    r = gdsl("run", str(prog), "--np", "4", "--partition", "rows", "--epochs", "50",
+             env={"GDSL_TEST_KILL_AT": "2:3"}, timeout=180)
+    assert r.returncode == 1
+    assert "gdsl: error: rank 2 died (signal 9 (Killed)); all 4 ranks were stopped" in r.stderr, r.stderr
+
+
 def test_checkpoint_resume_reproduces_the_loss_curve(tmp_path):
     ck = tmp_path / "ck"
     full = tmp_path / "full.json"

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import shutil
 import signal
 import socket
@@ -106,10 +107,6 @@ def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | N
                 to = out
                 if line.startswith(STDERR_MARK):   # rank 0's stderr, kept in order with its stdout
                     line, to = line[len(STDERR_MARK):], sys.stderr
-                m = re.search(r"PID (\d+) RUNNING AT", line)
-                if m:
-                    pid_rank = _pid_ranks(run_dir)
-                    killed.append(pid_rank.get(m.group(1), "?"))
                 sig = re.search(r"(?:KILLED BY SIGNAL: (\d+) \(([^)]*)\)|EXIT STRING: ([^(]*)\(signal (\d+)\))", line)
                 if sig:
                     num, name = (sig.group(1), sig.group(2)) if sig.group(1) else (sig.group(4), sig.group(3).strip())
@@ -121,8 +118,13 @@ def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | N
                 to.write(line)
                 to.flush()
 
+        # The rank that died: the first whose process is gone while the others
+        # run (hydra's "PID n RUNNING AT" names any of the ranks it stopped)
+        first_dead: list[str | None] = []
+        done = threading.Event()
         threads = [threading.Thread(target=pump, args=(proc.stdout, sys.stdout), daemon=True),
-                   threading.Thread(target=pump, args=(proc.stderr, sys.stderr), daemon=True)]
+                   threading.Thread(target=pump, args=(proc.stderr, sys.stderr), daemon=True),
+                   threading.Thread(target=_watch_ranks, args=(run_dir, P, done, first_dead), daemon=True)]
         for t in threads:
             t.start()
         try:
@@ -130,6 +132,8 @@ def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | N
         except subprocess.TimeoutExpired:
             _stop(proc, run_dir)
             raise GdslError(f"the distributed run did not finish within {timeout:.0f} s; all ranks stopped") from None
+        finally:
+            done.set()
         for t in threads:
             t.join(10)
         if rc == 0:
@@ -141,7 +145,7 @@ def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | N
             if any(msg.startswith("internal error:") for msg, _, _ in reports.values()):
                 return 3   # as the single-process boundary (gdsl/cli.py): a bug of ours, not the user's
         elif not printed_error:
-            who = killed[0] if killed and killed[0].isdigit() else "a rank"
+            who = first_dead[0] if first_dead and first_dead[0] is not None else "a rank"
             why = next((k for k in killed if k.startswith("signal")), f"exit code {rc}")
             print(f"gdsl: error: rank {who} died ({why}); all {P} ranks were stopped" if who != "a rank"
                   else f"gdsl: error: a rank died ({why}); all {P} ranks were stopped", file=sys.stderr)
@@ -154,6 +158,61 @@ def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | N
         raise
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _watch_ranks(run_dir: str, P: int, done: threading.Event, first_dead: list, every: float = 0.01) -> None:
+    """Watch the ranks' processes (pids from rank-R.pid) until one is gone:
+    `first_dead` gets its rank, or None when several went at once (then no
+    rank is named). With pidfds (Linux) the thread sleeps in poll() and
+    wakes as the first rank exits, before the process manager has stopped
+    the others; elsewhere it polls every `every` seconds."""
+    ranks: dict[str, str] = {}
+    while len(ranks) < P:   # the ranks write their pid files as they start
+        if done.wait(every):
+            return
+        ranks = _pid_ranks(run_dir)
+        if _note_gone(ranks, first_dead):
+            return
+    fds: dict[int, str] = {}
+    try:
+        for pid, r in ranks.items():
+            fds[os.pidfd_open(int(pid))] = r
+    except (AttributeError, OSError):   # no pidfds here: poll
+        for fd in fds:
+            os.close(fd)
+        while not done.wait(every):
+            if _note_gone(ranks, first_dead):
+                return
+        return
+    try:
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        while not done.is_set():
+            ready = poller.poll(100)
+            if ready:
+                gone = [fds[fd] for fd, _ in ready]
+                first_dead.append(gone[0] if len(gone) == 1 else None)
+                return
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _note_gone(ranks: dict[str, str], first_dead: list) -> bool:
+    gone = [r for pid, r in ranks.items() if not _running(int(pid))]
+    if gone:
+        first_dead.append(gone[0] if len(gone) == 1 else None)
+    return bool(gone)
+
+
+def _running(pid: int) -> bool:
+    """The process exists and is not a zombie (a killed rank not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return _exists(pid) if not Path("/proc").is_dir() else False
 
 
 def _pid_ranks(run_dir: str) -> dict[str, str]:
