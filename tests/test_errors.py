@@ -490,3 +490,17 @@ def test_process_missing_file(tmp_path):
     r = _gdsl(str(tmp_path / "nope.gd"))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "nope.gd: no such file" in r.stderr
+
+
+@pytest.mark.parametrize("old,new,message", [
+    ("transform t = a @ W", "transform t = a @ a", "the right side of '@' must be a param"),
+    ("transform t = a @ W", "transform t = sum(a, 3) @ W", "sum: axis 3 out of range for 1 feature axes"),
+])
+def test_errors_no_data_can_fix_are_not_set_aside(tmp_path, capsys, old, new, message):
+    """Was: tagged "(needs data)" because an operand had a symbolic dim, and
+    gdsl.compile() then accepted the program until it was bound to a graph."""
+    err, errors = compile_errors(tmp_path, capsys, edit("gcn.gd", old, new))
+    assert len(errors) == 1 and message in errors[0]["msg"] and "needs data" not in err, err
+    import gdsl
+    with pytest.raises(gdsl.CompileError, match=re.escape(message)):
+        gdsl.compile(edit("gcn.gd", old, new))

@@ -19,8 +19,18 @@ from gdsl.diagnostics import DiagnosticBag, Span
 from gdsl.frontend import ast
 from gdsl.frontend.checker import CheckedProgram
 from gdsl.ir.core import Func, Module, Op, Type, Value
+from gdsl.ir.ops import (
+    BINARY,
+    REDUCERS,
+    TYPED_BY_ATTR,
+    ShapeError,
+    StructuralError,
+    broadcast_mode,
+    fmt_shape,
+    infer,
+    same_dim,
+)
 from gdsl.passes.linearity import order_feasible
-from gdsl.ir.ops import BINARY, REDUCERS, TYPED_BY_ATTR, ShapeError, broadcast_mode, fmt_shape, infer, same_dim
 
 UNARY_FNS = ("relu", "elu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs")
 # every name `builtin` answers (a layer may not take one: it would hide the builtin)
@@ -105,7 +115,8 @@ class Lowerer:
             t = infer(name, [v.type for v in operands], attrs)
         except ShapeError as e:
             decl = operands[1].owner if name == "matmul" and operands[1].owner is not None else None
-            unbound = any(_symbolic(v.type.shape) for v in operands) or _symbolic(attrs.get("shape", ()))
+            unbound = not isinstance(e, StructuralError) and (
+                any(_symbolic(v.type.shape) for v in operands) or _symbolic(attrs.get("shape", ())))
             if decl is not None and decl.name == "param":
                 self.diags.error(span, str(e), (self.diags.note(decl.span, f"{decl.attrs['name']} declared here"),),
                                  needs_data=unbound)
@@ -662,7 +673,8 @@ class Lowerer:
                 return self.emit(sc, side, [deg], {}, e.span)
         v = self.lookup(ast.Name(e.attr, span=e.span), sc, allow_vertex=True)
         if v.type.domain != "vertex":
-            self.error(e.span, f"{side}.{e.attr} needs a vertex tensor; '{e.attr}' is a {v.type.domain} value")
+            self.error(e.span, f"{side}.{e.attr} needs a vertex tensor; '{e.attr}' is "
+                                       f"{'an' if v.type.domain == 'edge' else 'a'} {v.type.domain} value")
         return self.emit(sc, side, [v], {}, e.span)
 
     def call(self, e: ast.Call, sc: _Scope) -> Value:

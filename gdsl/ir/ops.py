@@ -15,6 +15,11 @@ class ShapeError(Exception):
     pass
 
 
+class StructuralError(ShapeError):
+    """A shape error no binding of the dims can fix (the wrong domain, rank or
+    operand kind): reported at once, not set aside until data is given."""
+
+
 UNARY = ("relu", "elu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "leaky_relu")
 BINARY = ("add", "sub", "mul", "div", "max", "min")
 REDUCERS = ("sum", "mean", "max", "min")
@@ -33,7 +38,7 @@ def fmt_shape(shape) -> str:
 def join_domain(domains: list[str]) -> str:
     ds = set(domains)
     if {"vertex", "edge"} <= ds:
-        raise ShapeError("mixes a vertex tensor and an edge tensor")
+        raise StructuralError("mixes a vertex tensor and an edge tensor")
     for d in ("vertex", "edge", "param"):
         if d in ds:
             return d
@@ -101,7 +106,7 @@ def _trailing(a: tuple, b: tuple) -> tuple:
 def _axis(attrs, rank: int, name: str) -> int:
     ax = attrs.get("axis", -1)
     if not -rank <= ax < rank:
-        raise ShapeError(f"{name}: axis {ax} out of range for {rank} feature axes")
+        raise StructuralError(f"{name}: axis {ax} out of range for {rank} feature axes")
     return ax % rank
 
 
@@ -111,7 +116,7 @@ def infer(name: str, ts: list[Type], attrs: dict) -> Type:
         t = ts[0]
         if name in ("softmax", "log_softmax"):
             if not t.shape:
-                raise ShapeError(f"{name} needs at least one feature axis")
+                raise StructuralError(f"{name} needs at least one feature axis")
             _axis(attrs, len(t.shape), name)
         return t
     if name in BINARY:
@@ -120,9 +125,9 @@ def infer(name: str, ts: list[Type], attrs: dict) -> Type:
     if name == "matmul":
         x, w = ts
         if w.domain != "param":
-            raise ShapeError("the right side of '@' must be a param")
+            raise StructuralError("the right side of '@' must be a param")
         if not x.shape or not w.shape:
-            raise ShapeError("'@' needs a feature axis on both sides")
+            raise StructuralError("'@' needs a feature axis on both sides")
         if not same_dim(x.shape[-1], w.shape[0]):
             raise ShapeError(f"shape mismatch in '@': left side has {format_dim(x.shape[-1])} features "
                              f"but the param has {format_dim(w.shape[0])} rows")
@@ -130,14 +135,14 @@ def infer(name: str, ts: list[Type], attrs: dict) -> Type:
     if name == "dot":
         a, b = ts
         if not a.shape or not b.shape:
-            raise ShapeError("dot needs a feature axis on both sides")
+            raise StructuralError("dot needs a feature axis on both sides")
         if not same_dim(a.shape[-1], b.shape[-1]):
             raise ShapeError(f"dot: last axes differ ({format_dim(a.shape[-1])} vs {format_dim(b.shape[-1])})")
         return Type(join_domain([a.domain, b.domain]), "f32", broadcast(a.shape[:-1], b.shape[:-1], attrs.get("broadcast")))
     if name == "reduce":
         t = ts[0]
         if not t.shape:
-            raise ShapeError(f"{attrs['fn']}: no feature axis to reduce")
+            raise StructuralError(f"{attrs['fn']}: no feature axis to reduce")
         ax = _axis(attrs, len(t.shape), attrs["fn"])
         return t.with_shape(t.shape[:ax] + t.shape[ax + 1:])
     if name == "concat":
@@ -159,26 +164,26 @@ def infer(name: str, ts: list[Type], attrs: dict) -> Type:
     if name in ("src", "dst"):
         t = ts[0]
         if t.domain != "vertex":
-            raise ShapeError(f"{name}.x needs a vertex tensor, got a {t.domain} value")
+            raise StructuralError(f"{name}.x needs a vertex tensor, got a {t.domain} value")
         return t.with_domain("edge")
     if name == "gather":
         t = ts[0]
         if t.domain != "edge":
-            raise ShapeError(f"gather reduces edge tensors, got a {t.domain} value")
+            raise StructuralError(f"gather reduces edge tensors, got a {t.domain} value")
         if attrs["reduce"] not in REDUCERS:
-            raise ShapeError(f"unknown reducer '{attrs['reduce']}'")
+            raise StructuralError(f"unknown reducer '{attrs['reduce']}'")
         return t.with_domain("vertex")
     if name == "edge_softmax":
         t = ts[0]
         if t.domain != "edge":
-            raise ShapeError("edge_softmax normalises an edge tensor")
+            raise StructuralError("edge_softmax normalises an edge tensor")
         return t
     if name == "aggregate":
         return _infer_aggregate(ts, attrs)
     if name == "sddmm":
         a, b = ts
         if a.domain != "vertex" or b.domain != "vertex":
-            raise ShapeError("sddmm reads two vertex tensors")
+            raise StructuralError("sddmm reads two vertex tensors")
         if attrs["op"] == "dot":
             if not a.shape or not b.shape or not same_dim(a.shape[-1], b.shape[-1]):
                 raise ShapeError("sddmm dot: last axes differ")
@@ -200,7 +205,7 @@ def infer(name: str, ts: list[Type], attrs: dict) -> Type:
         return attrs["type"]
     if name == "loss":
         return Type("scalar", "f32", ())
-    raise ShapeError(f"unknown op '{name}'")
+    raise StructuralError(f"unknown op '{name}'")
 
 
 MESSAGES = ("copy_src", "copy_edge", "add", "sub", "mul", "div")
@@ -211,20 +216,20 @@ def _infer_aggregate(ts: list[Type], attrs: dict) -> Type:
     gather(reduce) of messages `x[endpoint] msg w[e]`."""
     msg = attrs["msg"]
     if msg not in MESSAGES or attrs["reduce"] not in ("sum", "max", "min"):
-        raise ShapeError(f"aggregate: unknown message {msg} or reducer {attrs['reduce']}")
+        raise StructuralError(f"aggregate: unknown message {msg} or reducer {attrs['reduce']}")
     if msg == "copy_edge":
         (w,) = ts
         if w.domain != "edge":
-            raise ShapeError("aggregate copy_edge reads an edge tensor")
+            raise StructuralError("aggregate copy_edge reads an edge tensor")
         return w.with_domain("vertex")
     x = ts[0]
     if x.domain != "vertex":
-        raise ShapeError("aggregate reads a vertex tensor at the endpoint")
+        raise StructuralError("aggregate reads a vertex tensor at the endpoint")
     if msg == "copy_src":
         return x
     w = ts[1]
     if w.domain != "edge":
-        raise ShapeError("aggregate's second operand is an edge tensor")
+        raise StructuralError("aggregate's second operand is an edge tensor")
     return Type("vertex", "f32", broadcast(x.shape, w.shape, attrs.get("broadcast")))
 
 
