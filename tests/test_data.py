@@ -134,6 +134,8 @@ BROKEN = {
     "features_short": (lambda d: _edit(features=d["features"][:4])(d), ("'labels'", "'features'")),
     "edge_id_eq_n": (lambda d: (d["dst"].__setitem__(4, 5), d)[1], ("edge endpoint 5", "out of range", "5 vertices")),
     "edge_id_negative": (lambda d: (d["src"].__setitem__(0, -1), d)[1], ("edge endpoint -1", "out of range")),
+    "edge_id_uint64_huge": (lambda d: _edit(src=np.array([2 ** 63 + 5] + [0] * (len(d["src"]) - 1), np.uint64))(d),
+                            ("'src' holds 9223372036854775813", "does not fit in int64")),   # was: shown wrapped
     "mask_int": (lambda d: _edit(train_mask=d["train_mask"].astype(np.int64))(d), ("'train_mask'", "bool", "int64")),
     "mask_short": (lambda d: _edit(val_mask=d["val_mask"][:3])(d), ("'val_mask'", "[3]", "[5]")),
     "mask_2d": (lambda d: _edit(test_mask=d["test_mask"][None])(d), ("'test_mask'",)),

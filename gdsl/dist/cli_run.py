@@ -92,6 +92,8 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
                 if not quiet:
                     note = "" if cand is pl.choice.best else \
                         f" (the model's fastest, {pl.choice.best.name}, cannot run this program yet)"
+                    if delay != 0 and spec.strategy != "vertex_cut":
+                        note += f"; delay = {delay} applies to vertex_cut only, so this plan is exact"
                     print(f"gdsl: partition = auto: the cost model chose {cand.name}{note}", file=sys.stderr)
                 return spec
             raise GdslError("partition = auto: no executable plan fits; name one with --partition")

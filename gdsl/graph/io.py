@@ -75,6 +75,8 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
             raise GdslError(f"{where}: array '{k}' must hold integers, got dtype {a.dtype}")
         if a.ndim != 1:
             raise GdslError(f"{where}: array '{k}' must be 1-d, got shape {list(a.shape)}")
+        if a.dtype == np.uint64 and a.size and int(a.max()) > np.iinfo(np.int64).max:   # would wrap negative
+            raise GdslError(f"{where}: array '{k}' holds {int(a.max())}, which does not fit in int64")
     if feats.dtype.kind not in "fiub" or feats.ndim != 2:
         raise GdslError(f"{where}: array 'features' must be a 2-d numeric array [N, F], got dtype {feats.dtype} shape {list(feats.shape)}")
     if len(src) != len(dst):
