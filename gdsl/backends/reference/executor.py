@@ -260,8 +260,7 @@ class ReferenceModule(nn.Module):
     @property
     def dtype(self) -> torch.dtype:
         """The params' dtype: float32 unless the module was converted (`model.double()`)."""
-        p = next(iter(self._params.values()), None)
-        return self._float if p is None else p.dtype
+        return self.param(self._param_names[0]).dtype if self._param_names else self._float
 
     def _as_dtype(self, v):
         """Float graph data in the params' dtype (as stored when that is float32)."""
