@@ -76,6 +76,11 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
         hint_delay = sched.get("delay", 0) if hint else 0
         result = plan(module, {**(dims or {}), **({"E": edges} if edges else {})}, ranks, memory_per_rank,
                       graph=graph, hint=hint, delay=hint_delay)
+        if result.choice is not None and not result.hinted:
+            # record what `gdsl run --np` executes: the fastest plan the ranks can run
+            from gdsl.planning import runnable
+            result = runnable(result, lambda d: compile_source(source, file, dims=dims, overrides=overrides,
+                                                               train=train, delay=d).module)
         if result.choice is not None:
             ctx.options["plan"] = result
             if result.hinted and result.choice.best.cost.strategy == "vertex_cut":

@@ -8,6 +8,7 @@ the first layer call's input and f_l the width of the l-th call's output
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import sympy
@@ -36,6 +37,7 @@ class Plan:
     widths: list
     profile: Profile | None = None   # the machine profile the choice was priced on
     hinted: bool = False             # the choice is the schedule's partition hint, not the model's fastest
+    skipped: str | None = None       # the model's fastest, when the ranks cannot run it (`runnable`)
 
 
 def measure_partitions(src, dst, num_nodes: int, P: int, seed: int = 0) -> tuple[dict, dict]:
@@ -93,6 +95,48 @@ def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float |
     if hint is not None:
         choice, hinted = _hinted(choice, hint, delay, P)
     return Plan(pb, choice, widths, profile, hinted)
+
+
+def first_runnable(choice: Choice, P: int, optimised: Callable[[int | str], Module], approximate: bool = False,
+                   delay=0, halo: str = "alltoallv", seed: int = 0):
+    """The fastest candidate of `choice` that `gdsl run --np P` executes, with
+    its spec: (candidate, Spec), or None. A candidate must fit the memory per
+    rank, name an executable plan (not grid2d/grid3d) and pass the ranks' own
+    check (`dist.module.check_supported`) on the program's optimised IR,
+    `optimised(delay)` (e.g. RDM cannot run an edge softmax). `gdsl run`'s
+    `auto` and `gdsl compile --np` both choose with it."""
+    from gdsl.dist.cli_run import _from_candidate
+    from gdsl.dist.module import check_supported
+    from gdsl.dist.part import parse_spec
+    for cand in choice.candidates:
+        if not cand.fits:
+            continue
+        text = _from_candidate(cand, P, approximate)
+        if text is None:
+            continue
+        try:
+            spec = parse_spec(text, delay=delay if text.startswith("vertex_cut") else 0, halo=halo, seed=seed)
+            check_supported(spec.strategy, optimised(spec.delay))
+        except GdslError:
+            continue
+        return cand, spec
+    return None
+
+
+def runnable(result: Plan, optimised: Callable[[int | str], Module]) -> Plan:
+    """`result` with the fastest plan the ranks can run as its choice (what
+    `gdsl run --np P` executes under partition = auto), the model's own
+    fastest named in the reason; unchanged for a hinted choice or when no
+    plan is runnable."""
+    from dataclasses import replace
+    if result.choice is None or result.hinted:
+        return result
+    found = first_runnable(result.choice, int(result.problem.P), optimised)
+    if found is None or found[0] is result.choice.best:
+        return result
+    cand, best = found[0], result.choice.best
+    why = f"{cand.name}: the cost model's fastest, {best.name}, cannot run this program yet ({result.choice.reason})"
+    return replace(result, choice=replace(result.choice, best=cand, reason=why), skipped=best.name)
 
 
 def _hinted(choice: Choice, hint: str, delay, P: int) -> tuple[Choice, bool]:

@@ -131,3 +131,11 @@ def test_auto_chooses_a_plan_the_ranks_can_run():
     assert spec.strategy != "redistribute"
     dims = bind_dims(prog.checked, graph)
     check_supported(spec.strategy, compile_source(prog.source, prog.file, dims=dims).module)
+    # `gdsl compile --np 16` records that plan, and names the model's fastest it skipped.
+    # Was: it recorded RDM, a plan `gdsl run --np 16` would not execute.
+    code, out, err = run_gdsl(["compile", str(ROOT / "programs" / "gat.gd"), "--data", "cora", "--np", "16"])
+    assert code == 0, err
+    plan_attr = re.search(r"plan=\{(.*?)\}", out.splitlines()[0]).group(1)
+    assert 'fastest_not_runnable="redistribute(' in plan_attr
+    assert re.search(r'strategy="(\w+)', plan_attr).group(1) == {"rows": "edge_cut"}.get(spec.strategy, spec.strategy) \
+        or spec.strategy == "rows" and 'strategy="rows(' in plan_attr

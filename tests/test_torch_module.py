@@ -156,6 +156,59 @@ def test_half_precision_is_refused_before_anything_changes(convert):
     torch.testing.assert_close(m(), out)
 
 
+LAST_MATMUL = """
+graph G (self_loops)
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train, val, test
+
+layer Agg(h: [d]) -> [d] {
+    scatter   m = src.h
+    gather    a = mean(m)
+    return a
+}
+
+layer Lin[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    transform t = h @ W
+    return t
+}
+
+model M[hidden = 4] {
+    return Lin[C](Agg(X))
+}
+
+train t {
+    model = M
+    loss  = cross_entropy(Y, mask = train)
+}
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("program", ["gcn", "sage", "gat", "last_matmul"])
+def test_module_runs_under_autocast(backend, program, tmp_path):
+    """Was: under torch.autocast(bfloat16) the reference failed in torch's
+    sparse CSR matmul (no bf16 kernel), in the forward and, where the
+    aggregation's input came from a bf16 `@`, in the backward: NotImplementedError."""
+    path = ROOT / "programs" / f"{program}.gd"
+    if program == "last_matmul":
+        path = tmp_path / "last_matmul.gd"
+        path.write_text(LAST_MATMUL)
+    m, g = bound(backend, str(path))
+    ref = m(g.features)
+    m.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = m(g.features)
+        loss = m.loss(out)
+    loss.backward()
+    assert out.shape == ref.shape and torch.isfinite(loss)
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in m.parameters())
+    m.eval()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        torch.testing.assert_close(m(g.features).float(), ref, atol=0.1, rtol=0.05)   # bf16 has 8 mantissa bits
+
+
 def test_from_edges_takes_what_torch_and_pyg_hand_it():
     assert gdsl.Graph.from_edges(torch.tensor([]), torch.tensor([]), 3).num_edges == 0   # float32 when empty
     assert gdsl.Graph.from_edges([0, 1], [1, 2], torch.tensor(3)).num_nodes == 3        # a 0-d tensor

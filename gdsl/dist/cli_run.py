@@ -72,23 +72,17 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
                                      train=prog.train_name, stop_after="lower").module
             pl = plan(lowered, dims, P, parse_bytes(mem_per_rank) if mem_per_rank else None,
                       allow_approximate=delay != 0, graph=g)
-            from gdsl.dist.module import check_supported
+            from gdsl.planning import first_runnable
             optimised = {}   # the ranks' IR, per delay (the order pass reads it): what check_supported sees
-            for cand in pl.choice.candidates:
-                if not cand.fits:
-                    continue
-                t = _from_candidate(cand, P, delay != 0)
-                if t is None:
-                    continue
-                try:
-                    spec = parse_spec(t, delay=delay if t.startswith("vertex_cut") else 0, halo=halo, seed=seed)
-                    if spec.delay not in optimised:
-                        optimised[spec.delay] = compile_source(prog.source, prog.file, dims=dims,
-                                                               overrides=prog.overrides, train=prog.train_name,
-                                                               delay=spec.delay).module
-                    check_supported(spec.strategy, optimised[spec.delay])   # e.g. RDM and an edge softmax
-                except GdslError:
-                    continue
+
+            def ir(d):
+                if d not in optimised:
+                    optimised[d] = compile_source(prog.source, prog.file, dims=dims, overrides=prog.overrides,
+                                                  train=prog.train_name, delay=d).module
+                return optimised[d]
+            found = first_runnable(pl.choice, P, ir, approximate=delay != 0, delay=delay, halo=halo, seed=seed)
+            if found is not None:
+                cand, spec = found
                 if not quiet:
                     note = "" if cand is pl.choice.best else \
                         f" (the model's fastest, {pl.choice.best.name}, cannot run this program yet)"

@@ -111,7 +111,7 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
         ch = source[e.pos_in_stream] if e.pos_in_stream < len(source) else "?"
         span = Span(e.line, e.column, e.line, e.column + 1, file)
         raise CompileError([Diagnostic(span, f"unexpected character {ch!r}")], source) from None
-    except UnexpectedEOF as e:
+    except UnexpectedEOF:
         lines = source.split("\n")
         raise CompileError([Diagnostic(Span(len(lines), 1, len(lines), 2, file), "unexpected end of input")], source) from None
     except UnexpectedInput as e:  # pragma: no cover - other Lark input errors

@@ -39,6 +39,8 @@ class Partition:
         }
         if result.hinted:
             module.attrs["plan"]["chosen_by"] = "hint"   # the schedule's partition, as `run --np` executes it
+        if result.skipped:
+            module.attrs["plan"]["fastest_not_runnable"] = result.skipped   # priced fastest, the ranks cannot run it
         # every collective the plan predicts, on the aggregation of its layer
         # (layer l = the l-th aggregate in program order); the weight-gradient
         # all-reduces and other per-layer collectives too

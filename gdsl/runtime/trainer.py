@@ -144,7 +144,6 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
     if not reports_accuracy(model):
         names = []  # accuracy needs class labels as the loss's target
     result = TrainResult()
-    best_val = -1.0
     try:
         for epoch in range(1, n_epochs + 1):
             t0 = time.perf_counter()

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gdsl.backends.reference.graphdata import GraphData
-from gdsl.backends.reference.linear import plan_linear, run_linear
+from gdsl.backends.reference.linear import plan_linear, run_linear, sparse_mm
 from gdsl.diagnostics import GdslError
 from gdsl.graph.graph import Graph
 from gdsl.ir.core import Module, Op, Type, Value
@@ -308,10 +308,7 @@ class ReferenceModule(nn.Module):
             if op in self._spmm:
                 a = self._spmm[op]
                 h = env[op.operands[0]]
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    out = torch.sparse.mm(a, h.reshape(h.shape[0], -1))
-                env[op.result] = out.reshape(h.shape)
+                env[op.result] = sparse_mm(a, h.reshape(h.shape[0], -1)).reshape(h.shape)
                 continue
             env[op.result] = self.run_op(op, [env[v] for v in op.operands], x)
         return env[self.ir.main.results[0]]

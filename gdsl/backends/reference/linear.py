@@ -34,6 +34,34 @@ from gdsl.ir.core import Op, Value
 from gdsl.passes.order import LinearGroup
 
 
+def sparse_mm(a: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """`a @ h` for a torch.sparse CSR matrix `a` (a constant) of the
+    constants' dtype, differentiable in `h`.
+
+    torch's CSR matmul has no bfloat16/float16 kernel, so under
+    `torch.autocast` (where `h` may arrive in bf16 from a dense `@`) it runs,
+    forward and backward, in the constants' dtype with autocast off, as
+    autocast runs the ops it has no low-precision kernel for in float32."""
+    return _SparseMM.apply(a, h)
+
+
+class _SparseMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a, h):
+        ctx.a, ctx.h_dtype = a, h.dtype
+        return _csr_mm(a, h)
+
+    @staticmethod
+    def backward(ctx, g):
+        return None, _csr_mm(ctx.a.t(), g).to(ctx.h_dtype)
+
+
+def _csr_mm(a: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    with warnings.catch_warnings(), torch.autocast(h.device.type, enabled=False):
+        warnings.simplefilter("ignore")   # torch's beta-state notice for sparse CSR
+        return torch.sparse.mm(a, h.to(a.dtype))
+
+
 class LinearRunner:
     """The group's two SpMMs on a backend module (a ReferenceModule or subclass)."""
 
@@ -70,9 +98,7 @@ class LinearRunner:
             cache.pop(agg.operands[0], None)
         spmm = m.linear_spmm(agg)
         if spmm is not None:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")   # torch's beta-state notice for sparse CSR
-                out = torch.sparse.mm(spmm.t() if transpose else spmm, h)
+            out = sparse_mm(spmm.t() if transpose else spmm, h)
         else:
             out = m.run_op(self.agg_t if transpose else agg, [h, *self._operands()], None)
         if cache is not None:
