@@ -114,6 +114,8 @@ def _parser() -> argparse.ArgumentParser:
     ca.add_argument("--json", action="store_true", help="print the whole profile as JSON instead of the table")
 
     sub.add_parser("passes", help="list the compiler passes in pipeline order")
+    for sp in sub.choices.values():   # usage errors found after parsing print the command's own usage
+        sp.set_defaults(command_parser=sp)
     return p
 
 
@@ -146,6 +148,8 @@ def _overrides(pairs: list[str], parser) -> dict:
         k, sep, v = kv.partition("=")
         if not sep or not k.isidentifier():
             parser.error(f"--set expects NAME=VALUE, got '{kv}'")
+        if k in out:   # as for --dims: a repeated name is a typo more often than an override
+            parser.error(f"--set gives {k} twice")
         try:
             out[k] = int(v)
         except ValueError:
@@ -474,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stopping = stop_on_signals() if args.cmd == "run" and not under_launcher() else contextlib.nullcontext()
     with stopping:
-        return _dispatch(args, parser, debug)
+        return _dispatch(args, args.command_parser, debug)
 
 
 def _dispatch(args, parser, debug: bool) -> int:

@@ -38,6 +38,7 @@ class Plan:
     profile: Profile | None = None   # the machine profile the choice was priced on
     hinted: bool = False             # the choice is the schedule's partition hint, not the model's fastest
     skipped: str | None = None       # the model's fastest, when the ranks cannot run it (`runnable`)
+    runner_up: str | None = None     # then: the next plan the ranks can run
 
 
 def measure_partitions(src, dst, num_nodes: int, P: int, seed: int = 0) -> tuple[dict, dict]:
@@ -136,7 +137,10 @@ def runnable(result: Plan, optimised: Callable[[int | str], Module]) -> Plan:
         return result
     cand, best = found[0], result.choice.best
     why = f"{cand.name}: the cost model's fastest, {best.name}, cannot run this program yet ({result.choice.reason})"
-    return replace(result, choice=replace(result.choice, best=cand, reason=why), skipped=best.name)
+    rest = replace(result.choice, candidates=tuple(c for c in result.choice.candidates if c is not cand))
+    runner = first_runnable(rest, int(result.problem.P), optimised)
+    return replace(result, choice=replace(result.choice, best=cand, reason=why), skipped=best.name,
+                   runner_up=runner[0].name if runner else "none")
 
 
 def _hinted(choice: Choice, hint: str, delay, P: int) -> tuple[Choice, bool]:

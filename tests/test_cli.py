@@ -151,3 +151,13 @@ def test_compile_and_plan_without_data_do_not_import_torch(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "p.json").exists() and any((tmp_path / "d").iterdir())
+
+
+def test_set_given_twice_and_late_usage_errors_name_the_command(capsys):
+    """Was: `--set hidden=3 --set hidden=4` silently took the later value
+    (`--dims` refuses a repeat), and checks made after parsing (`--epochs 0`)
+    printed the top-level usage instead of the command's."""
+    code, _, err = run_gdsl(["run", GCN, "--set", "hidden=3", "--set", "hidden=4"])
+    assert code == 2 and "gdsl run: error: --set gives hidden twice" in err
+    code, _, err = run_gdsl(["run", GCN, "--epochs", "0"])
+    assert code == 2 and err.startswith("usage: gdsl run ") and "gdsl run: error: --epochs must be at least 1" in err

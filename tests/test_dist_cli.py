@@ -138,6 +138,8 @@ def test_cd_r_checkpoint_carries_the_pipeline(tmp_path):
                   ["--json", str(with_ck), "--checkpoint", str(ck_all), "--checkpoint-every", "2"]):
         r = gdsl("run", GCN, *plan, "--epochs", "7", *extra)
         assert r.returncode == 0, r.stderr
+        # the plan says it is approximate, once (was: "(cd-2, approximate), 2 ranks, approximate]")
+        assert "[vertex_cut delay=2 (cd-2, approximate), 2 ranks]" in r.stdout, r.stdout
     r = gdsl("run", GCN, *plan, "--epochs", "3", "--checkpoint", str(ck), "--checkpoint-every", "3")
     assert r.returncode == 0, r.stderr
     r = gdsl("run", GCN, *plan, "--epochs", "7", "--resume", str(ck), "--json", str(res))

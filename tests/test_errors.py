@@ -220,6 +220,8 @@ CASES = [
      "28:22", "adam takes named options only"),
     ("learning-rate-zero", "gcn.gd", "lr = 0.01", "lr = 0",
      "28:27", "adam option 'lr' must be positive"),
+    ("weight-decay-negative", "gcn.gd", "weight_decay = 5e-4", "weight_decay = -1",   # was: 'must be positive' (0 is fine)
+     "28:48", "adam option 'weight_decay' must be non-negative, got -1"),
     ("unknown-loss", "gcn.gd", "cross_entropy(Y", "hinge(Y",
      "27:17", "unknown loss (expected one of cross_entropy, nll, mse, bce"),
     ("loss-target-not-label", "gcn.gd", "cross_entropy(Y", "cross_entropy(X",
@@ -244,7 +246,7 @@ CASES = [
     ("unknown-partition", "gat.gd", "partition = auto", "partition = slices",
      "38:17", "unknown partition 'slices'"),
     ("bad-partition-argument", "gat.gd", "partition = auto", "partition = rows(lol)",
-     "38:22", "rows takes one of: hash, random, metis"),
+     "38:22", "rows takes one of: hash, random, metis, block"),
     ("bad-order", "gat.gd", "order     = auto", "order     = fast",
      "39:17", "bad order hint 'fast' (expected one of auto, sparse_first, dense_first)"),
     ("bad-delay-negative", "gat.gd", "order     = auto", "delay     = -1",

@@ -133,3 +133,16 @@ def test_accuracy_only_when_the_loss_targets_the_labels(target, acc):
     assert all(bool(e.metrics) == acc for e in r.epochs)
     if acc:
         assert set(r.epochs[-1].metrics) == {"train_acc", "val_acc"}
+
+
+@pytest.mark.parametrize("hint", ["rows", "rows(hash)", "rows(block)", "rows(metis)", "redistribute",
+                                  "redistribute(2)", "rows_replicated(2)", "vertex_cut", "edge_cut", "features"])
+def test_partition_hint_takes_what_the_partition_flag_takes(hint):
+    """The schedule's `partition` names the plan `gdsl run --partition` would.
+    Was: rows(block) and a bare redistribute (R_A = P) ran from the flag but
+    were compile errors as hints."""
+    from gdsl.dist.part import parse_spec
+    text = (ROOT / "programs" / "gcn.gd").read_text() + f"\nschedule {{\n    partition = {hint}\n}}\n"
+    recorded = gdsl.compile(text).checked.schedule["partition"]
+    a, b = parse_spec(recorded), parse_spec(hint)
+    assert (a.strategy, a.arg) == (b.strategy, b.arg)

@@ -137,5 +137,6 @@ def test_auto_chooses_a_plan_the_ranks_can_run():
     assert code == 0, err
     plan_attr = re.search(r"plan=\{(.*?)\}", out.splitlines()[0]).group(1)
     assert 'fastest_not_runnable="redistribute(' in plan_attr
+    assert 'runner_up="redistribute(' not in plan_attr   # nor is the runner-up a plan the ranks cannot run
     assert re.search(r'strategy="(\w+)', plan_attr).group(1) == {"rows": "edge_cut"}.get(spec.strategy, spec.strategy) \
         or spec.strategy == "rows" and 'strategy="rows(' in plan_attr

@@ -463,3 +463,26 @@ def bound_source(src: str, graph: gdsl.Graph):
         for p in model.parameters():
             p.copy_(torch.rand(p.shape, generator=gen) - 0.5)
     return model, dict(model.named_parameters())
+
+
+@pytest.mark.parametrize("expr, shown", [("-h @ W", "((-h) @ W)"), ("2 * h @ W * 3", "(((2 * h) @ W) * 3)"),
+                                         ("-(h @ W)", "-(h @ W)"), ("h @ W - -h @ W", "((h @ W) - ((-h) @ W))")])
+def test_ast_dump_shows_the_grouping(expr, shown, tmp_path, capsys):
+    """`--emit ast` prints expressions fully parenthesised (language.md's
+    precedence). Was: `-h @ W` printed as `(-h @ W)`, hiding that unary minus binds first."""
+    p = tmp_path / "p.gd"
+    p.write_text(f"""graph G
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train
+layer L[dout](h: [din]) -> [dout] {{
+    param W : f32[din, dout] = glorot
+    apply p = {expr}
+    return p
+}}
+model M {{ return L[C](X) }}
+train t {{ model = M
+    loss = cross_entropy(Y, mask = train) }}
+""")
+    assert cli_main(["compile", str(p), "--emit", "ast"]) == 0
+    assert f"apply p = {shown}\n" in capsys.readouterr().out

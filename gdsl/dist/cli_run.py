@@ -215,7 +215,7 @@ def run_distributed(args, prog, graph, data) -> int:
                 parts = args.parts or (tmp := temp_parts_dir())
                 info = write_partition(prog, graph, spec, P, parts)
                 extra = f", replication factor {info['replication_factor']}" if "replication_factor" in info else ""
-                print(f"gdsl run: {spec.describe()} over {P} ranks{'' if spec.exact else ' (approximate)'}; "
+                print(f"gdsl run: {spec.describe()} over {P} ranks; "
                       f"partitioned in {info['seconds']:.2f} s{extra}", file=sys.stderr)
                 if spec.strategy != "replicate" and (idle := idle_ranks_warning(P, graph.num_nodes)):
                     print(f"gdsl run: warning: {idle}", file=sys.stderr)

@@ -443,7 +443,7 @@ def _print_summary(history: list, report: bool, part, args, backend: str = "refe
     accs = "  ".join(f"{k} {v:.4f}" for k, v in last.items() if k.endswith("_acc"))
     mean_t = sum(h["time"] for h in history) / len(history)
     print(f"final (epoch {last['epoch']}): loss {last['loss']:.4f}  {accs}  mean epoch {mean_t * 1000:.1f} ms  "
-          f"[{part.spec.describe()}, {part.size} ranks{'' if part.spec.exact else ', approximate'}"
+          f"[{part.spec.describe()}, {part.size} ranks"   # describe() marks an approximate plan
           f"{', ' + backend + ' kernels: ' + ', '.join(sorted(kernels)) if kernels else ''}]")
     if report:
         print("communication per epoch (bytes per rank: max over ranks; total = all ranks):")

@@ -207,7 +207,7 @@ def format_expr(e: Expr) -> str:
         case Number(text=t):
             return t
         case BinOp(op=o, lhs=l, rhs=r):
-            return f"({format_expr(l)} {o} {format_expr(r)})"
+            return f"({_operand(l)} {o} {_operand(r)})"
         case Neg(operand=x):
             return f"-{format_expr(x)}"
         case Attr(base=b, attr=a):
@@ -219,6 +219,11 @@ def format_expr(e: Expr) -> str:
         case ListExpr(items=items):
             return "[" + ", ".join(format_expr(i) for i in items) + "]"
     raise TypeError(f"not an expression: {e!r}")
+
+
+def _operand(e: Expr) -> str:
+    """A binop's operand: a negation in parentheses too, so `-x @ W` shows as `((-x) @ W)`."""
+    return f"({format_expr(e)})" if isinstance(e, Neg) else format_expr(e)
 
 
 def _args(args, kwargs) -> str:

@@ -23,9 +23,11 @@ OPTIMIZERS = {"adam": ("lr", "weight_decay", "beta1", "beta2", "eps"),
 METRICS = ("accuracy",)
 TRAIN_KEYS = ("model", "loss", "optimizer", "epochs", "eval", "batch_size", "fanout")
 SCHEDULE_KEYS = ("target", "partition", "order", "delay", "cache", "pipeline")
-PARTITIONS = {"auto": None, "replicate": None, "rows": ("hash", "random", "metis"),
+# the partition hint takes what `gdsl run --partition` takes (dist/part.py parse_spec);
+# a tuple's first word is the bare name's default; "int?": bare = the default (redistribute: R_A = P)
+PARTITIONS = {"auto": None, "replicate": None, "rows": ("hash", "random", "metis", "block"),
               "rows_replicated": "int", "grid2d": None, "grid3d": None, "features": None,
-              "redistribute": "int", "vertex_cut": ("libra",), "edge_cut": ("metis",)}
+              "redistribute": "int?", "vertex_cut": ("libra",), "edge_cut": ("metis",)}
 ORDERS = ("auto", "sparse_first", "dense_first")
 
 
@@ -292,8 +294,10 @@ class Checker:
                 self.diags.error(k.value.span, f"{name} option '{k.name}' must be a number")
             elif not math.isfinite(v):
                 self.diags.error(k.value.span, f"{name} option '{k.name}' must be a finite number")
-            elif v < 0 or (k.name in ("lr", "eps") and v == 0):
+            elif k.name in ("lr", "eps") and v <= 0:
                 self.diags.error(k.value.span, f"{name} option '{k.name}' must be positive")
+            elif v < 0:
+                self.diags.error(k.value.span, f"{name} option '{k.name}' must be non-negative, got {v:g}")
             elif k.name in ("beta1", "beta2") and v >= 1:
                 self.diags.error(k.value.span, f"{name} option '{k.name}' must be in [0, 1), got {v:g}")
             elif k.name == "nesterov" and v not in (0, 1):
@@ -445,9 +449,11 @@ class Checker:
         if len(args) != 1:
             if isinstance(kind, tuple) and not args:
                 return f"{name}({kind[0]})"
+            if kind == "int?" and isinstance(e, ast.Name):
+                return name
             self.diags.error(e.span, f"partition '{name}' takes one argument")
             return None
-        if kind == "int":
+        if kind in ("int", "int?"):
             v = self._positive_int(args[0], f"{name}'s argument")
             return None if v is None else f"{name}({v})"
         if not isinstance(args[0], ast.Name) or args[0].id not in kind:

@@ -35,7 +35,7 @@ class Partition:
             "time_s": float(f"{best.time:.4g}"), "compute_s": float(f"{best.compute:.4g}"),
             "comm_s": float(f"{best.comm:.4g}"), "words_per_rank": int(round(float(best.cost.words))),
             "memory_per_rank_bytes": int(best.memory_bytes),
-            "runner_up": runner.name if runner else "none",
+            "runner_up": result.runner_up or (runner.name if runner else "none"),
         }
         if result.hinted:
             module.attrs["plan"]["chosen_by"] = "hint"   # the schedule's partition, as `run --np` executes it
