@@ -196,7 +196,7 @@ def test_delayed_aggregation_reaches_the_exact_values_on_a_frozen_model(tmp_path
     params = dict(g.compile(str(prog), p=0.0).module(graph, backend="reference").named_parameters())
     W1, b1, W2, b2 = (params[k].detach() for k in ("GCNConv_1.W", "GCNConv_1.b", "GCNConv_2.W", "GCNConv_2.b"))
     parts = build_parts(parse_spec("vertex_cut", delay="none"), graph, 4)
-    N, src, dst = graph.num_nodes, graph.src.numpy(), graph.dst.numpy()
+    N, dst = graph.num_nodes, graph.dst.numpy()
     deg = torch.from_numpy(np.bincount(dst, minlength=N)).double()
     reps = np.zeros(N)
     for pr in parts:

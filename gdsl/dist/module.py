@@ -23,7 +23,6 @@ parameter gradients are all-reduced by the trainer (`sync_grads`).
 """
 from __future__ import annotations
 
-import time
 import warnings
 from types import SimpleNamespace
 
@@ -191,7 +190,6 @@ class DistModule(ReferenceModule):
     # ---------------------------------------------------------------- set-up
     def _make_halo(self) -> fn.HaloExchange:
         part = self.part
-        recv_counts = np.array([r.size for r in part.recv_idx], np.int64)
         halo_pos = None
         if self.spec.halo == "bcast":
             # position of each halo row in the gathered blocks (rank order, owned rows in gid order)
