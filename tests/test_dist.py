@@ -31,6 +31,7 @@ if MPIEXEC is None:
 DRIVER = ROOT / "tests" / "dist_driver.py"
 EPOCHS = 20
 GCN, SAGE, GAT = (str(ROOT / "programs" / f"{p}.gd") for p in ("gcn", "sage", "gat"))
+MSE_AE, EDGE_DROPOUT = (str(ROOT / "tests" / "dist_programs" / f"{p}.gd") for p in ("mse_autoencoder", "edge_dropout"))
 
 # every exact plan; (plan, halo); rows_replicated(2) needs c^2 | P
 EXACT = [("rows(hash)", "alltoallv"), ("rows(hash)", "bcast"), ("rows(random)", "alltoallv"),
@@ -63,6 +64,8 @@ def _configs(P: int) -> list[dict]:
         out += [_cfg(GAT, "cora", p) for p in ("rows(hash)", "replicate")]
         out += [_cfg(GCN, "citeseer", p) for p in ("rows(hash)", "vertex_cut")]
         out += [_cfg(GCN, "rmat50k", "rows(hash)")]
+        out += [_cfg(MSE_AE, "cora", p) for p in ("rows(hash)", "vertex_cut", "replicate")]   # target X, not labels
+        out += [_cfg(EDGE_DROPOUT, "cora", p) for p in ("features", "rows(hash)")]   # edge masks, P3's full layer 1
     else:
         out += [_cfg(SAGE, "cora", "rows_replicated(2)"), _cfg(SAGE, "cora", "rows(hash)", "bcast")]
         out += [_cfg(GAT, "cora", "rows(hash)", "bcast"), _cfg(GAT, "cora", "features")]
@@ -166,3 +169,14 @@ def test_triton_ranks_on_gpus_match_the_reference():
     assert "error" not in gpu, gpu.get("error")
     assert cpu["device"] == "cpu" and gpu["device"].startswith("cuda")
     assert gpu["losses"] == pytest.approx(cpu["losses"], rel=1e-3)
+
+
+def test_feature_split_refuses_a_layer_1_factor_computed_from_the_graph():
+    """P3's layer 1 runs on every vertex (this rank's columns), but a factor
+    computed by a gather (not a graph constant) exists on this rank's rows
+    only. Was: an internal shape error on the ranks."""
+    cfg = {"program": str(ROOT / "tests" / "dist_programs" / "computed_factor.gd"), "data": "cora",
+           "plan": "features", "epochs": 1}
+    [res] = run_driver(2, [cfg])
+    assert "its factor %1 is computed from the graph (add), but the feature split has only graph constants " \
+           "and inputs on every vertex; use rows" in res["error"], res

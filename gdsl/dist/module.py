@@ -265,6 +265,11 @@ class DistModule(ReferenceModule):
                 other = op.operands[1 if ins[0] else 0]
                 if other.type.domain == "param" or (other.type.shape and other.type.domain != "edge"):
                     raise GdslError(f"{where}: a product with a per-feature factor cannot take a column slice")
+                if other.type.domain in ("vertex", "edge") and other.owner is not None and \
+                        other.owner.name not in ("vertex_const", "edge_const", "degree", "input"):
+                    # the factor is computed on this rank's rows only (was: an internal shape error)
+                    raise GdslError(f"{where}: its factor {self._vn(other)} is computed from the graph ({other.owner.name}), "
+                                    "but the feature split has only graph constants and inputs on every vertex; use rows")
                 kind[op.result] = k
                 continue
             if n in ("src", "dst"):
@@ -638,6 +643,10 @@ class DistModule(ReferenceModule):
             full = torch.rand((self.part.num_nodes,) + tuple(x.shape[1:]), generator=gen)
             return full.index_select(0, self.row_gid[: x.shape[0]]) >= p
         if t.domain == "edge":
+            if op.result in self.cols_region:  # P3: every edge (the whole graph), this rank's columns
+                lo, hi = self.feature_cols
+                full = torch.rand((self.part.num_edges,) + tuple(x.shape[1:-1]) + (int(t.shape[-1]),), generator=gen)
+                return full[..., lo:hi] >= p
             full = torch.rand((self.part.num_edges,) + tuple(x.shape[1:]), generator=gen)
             return full.index_select(0, self.edge_gid) >= p
         return torch.rand(x.shape, generator=gen) >= p
@@ -677,7 +686,7 @@ class DistModule(ReferenceModule):
             mask = self.graph.masks.get(op.attrs["mask"]) if op.attrs["mask"] != "all" else None
             rows = torch.ones_like(self.counted) if mask is None else mask.clone()
             weight = 1.0 / self._replicas[rows]
-        target = self.graph.labels[rows]
+        target = self._input(op.operands[1].owner, None)[rows]   # the loss's target input: Y, or X (mse)
         o = out[rows]
         fn_ = op.attrs["fn"]
         red = "sum" if weight is None else "none"
