@@ -426,3 +426,19 @@ def test_a_profile_with_a_huge_integer_is_not_valid(tmp_path):
     (tmp_path / "p.json").write_text(json.dumps(prof))
     r = gdsl("plan", GCN, "--data", "cora", "--np", "4", "--profile", str(tmp_path / "p.json"))
     assert r.returncode == 1 and "alpha must be positive and finite, got an integer of 401 digits" in r.stderr, r.stderr
+
+
+def test_rank_watcher_skips_a_pid_file_being_written(tmp_path):
+    """Was: the watcher thread read a rank's pid file while the rank wrote it,
+    died on int('') with a traceback, and named no dead rank afterwards."""
+    from gdsl.dist.launch import _pid_ranks, _watch_ranks
+    (tmp_path / "rank-0.pid").write_text(str(os.getpid()))
+    (tmp_path / "rank-1.pid").write_text("")
+    assert _pid_ranks(str(tmp_path)) == {str(os.getpid()): "0"}
+    done, first_dead = threading.Event(), []
+    t = threading.Thread(target=_watch_ranks, args=(str(tmp_path), 2, done, first_dead))
+    t.start()
+    time.sleep(0.1)
+    (tmp_path / "rank-1.pid").write_text("999999999")   # a rank that is already gone
+    t.join(5)
+    assert not t.is_alive() and first_dead == ["1"]

@@ -219,9 +219,11 @@ def _pid_ranks(run_dir: str) -> dict[str, str]:
     out = {}
     for f in Path(run_dir).glob("rank-*.pid"):
         try:
-            out[f.read_text().strip()] = f.stem.split("-")[1]
+            pid = f.read_text().strip()
         except OSError:
-            pass
+            continue
+        if pid.isdigit():   # a file being written reads empty (the worker writes it atomically now)
+            out[pid] = f.stem.split("-")[1]
     return out
 
 

@@ -694,12 +694,13 @@ class DistModule(ReferenceModule):
             s = F.cross_entropy(o, target, reduction=red)
         elif fn_ == "nll":
             s = F.nll_loss(o, target, reduction=red)
-        elif fn_ == "bce":
-            s = F.binary_cross_entropy_with_logits(_rows2d(o).squeeze(-1), target.float(),
-                                                   reduction=red)
-        else:
+        else:   # bce, mse: the reference's mean over rows and columns (a [F] target: F columns per row)
             o2 = _rows2d(o)
-            s = F.mse_loss(o2, target.to(o.dtype).reshape(o2.shape), reduction=red)
+            t2 = target.to(o.dtype).reshape(o2.shape)
+            if fn_ == "bce":
+                s = F.binary_cross_entropy_with_logits(o2, t2, reduction=red)
+            else:
+                s = F.mse_loss(o2, t2, reduction=red)
             s = s.sum(-1) / max(1, o2.shape[1]) if red == "none" else s / max(1, o2.shape[1])
         if weight is not None:
             s = (s * weight).sum()

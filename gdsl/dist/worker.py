@@ -83,9 +83,11 @@ def run(args: dict) -> int:
         sys.stderr = MarkedStderr(sys.stdout)
     run_dir = args.get("run_dir")
     if run_dir:
-        try:
-            with open(os.path.join(run_dir, f"rank-{rank}.pid"), "w") as f:
+        try:   # atomically: the launcher's watcher may read it at any moment (was: read empty, int(''))
+            tmp = os.path.join(run_dir, f".rank-{rank}.pid.tmp")
+            with open(tmp, "w") as f:
                 f.write(str(os.getpid()))
+            os.replace(tmp, os.path.join(run_dir, f"rank-{rank}.pid"))
         except OSError:
             pass
     if args.get("launcher"):
