@@ -117,7 +117,10 @@ class Checker:
             for opt, sp in g.options:
                 if opt not in GRAPH_OPTIONS:
                     self.diags.error(sp, f"unknown graph option '{opt}' (expected one of {', '.join(GRAPH_OPTIONS)})")
+                elif opt in self.out.graph_options:
+                    self.diags.error(sp, f"graph option '{opt}' is given twice")
                 self.out.graph_options[opt] = True
+        self.check_repeated_keywords(self.p)
         for d in self.p.decls:
             match d:
                 case ast.InputDecl():
@@ -155,6 +158,30 @@ class Checker:
             self.diags.error(Span(1, 1, 1, 2, self.p.file), "the program declares no model")
         self.pick_train()
         return self.out
+
+    def check_repeated_keywords(self, node) -> None:
+        """`f(k = 1, k = 2)` anywhere in the program is an error (Python's rule), never "the last wins"."""
+        if isinstance(node, list):
+            for n in node:
+                self.check_repeated_keywords(n)
+            return
+        if not isinstance(node, ast.Node):
+            return
+        if isinstance(node, (ast.Call, ast.Index)):
+            callee = node.func if isinstance(node, ast.Call) else node.base
+            seen: set[str] = set()
+            for k in node.kwargs:
+                if k.name not in seen:
+                    seen.add(k.name)
+                elif isinstance(node, ast.Index) and isinstance(callee, ast.Name):
+                    self.diags.error(k.span, f"static argument '{k.name}' of {callee.id} is given twice")
+                elif isinstance(callee, ast.Name):
+                    self.diags.error(k.span, f"{callee.id} option '{k.name}' is given twice")
+                else:
+                    self.diags.error(k.span, f"keyword argument '{k.name}' is given twice")
+        for f in fields(node):
+            if f.name != "span":
+                self.check_repeated_keywords(getattr(node, f.name))
 
     # ---- declarations
     def check_input(self, d: ast.InputDecl) -> None:
@@ -289,7 +316,7 @@ class Checker:
             if k.name not in OPTIMIZERS[name]:
                 self.diags.error(k.span, f"unknown {name} option '{k.name}' (expected one of {', '.join(OPTIMIZERS[name])})")
             elif k.name in opts:
-                self.diags.error(k.span, f"{name} option '{k.name}' is given twice")
+                pass  # reported by check_repeated_keywords
             elif v is None:
                 self.diags.error(k.value.span, f"{name} option '{k.name}' must be a number")
             elif not math.isfinite(v):
