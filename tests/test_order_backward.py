@@ -161,6 +161,19 @@ def test_bad_backward_hints_are_located_errors(tmp_path, hint, col, msg):
     assert f"h.gd:{line}:{col}: error: {msg}" in err, err
 
 
+@pytest.mark.parametrize("hint,memo", [("sparse_first(memoize = true)", "true"),
+                                       ("sparse_first(memoize = false)", "false")])
+def test_memoize_alone_implies_the_dense_first_backward(tmp_path, hint, memo):
+    """`memoize` only applies to a dense-first backward: given alone it picks that
+    backward (was: `memoize = true` alone was dropped and the cost model chose)."""
+    p = tmp_path / "h.gd"
+    p.write_text(GCN + f"\nschedule {{\n    order GCNConv#1 = {hint}\n}}\n")
+    code, out, err = run_gdsl(["compile", str(p), "--emit", "ir-opt", "--data", "cora"])
+    assert code == 0, err
+    first = next(line for line in out.splitlines() if "order_grad" in line)
+    assert "order_grad=dense_first" in first and f"order_memo={memo}" in first and "order_grad_by=hint" in first, first
+
+
 def test_a_backward_hint_needs_a_linear_aggregation(tmp_path):
     """Reordering the backward reassociates A X W too: max is refused."""
     src = GCN.replace("gather    a = sum(m)", "gather    a = max(m)")

@@ -458,8 +458,8 @@ class Checker:
             self.diags.error(e.span, f"memoize = true cannot hold: {why} (RDM Fig. 3: only a sparse-first forward "
                              "with a dense-first backward memoises)")
             return None
-        if memo == "false" and bwd == "auto":
-            bwd = "dense_first"  # memoising is a choice of the dense-first backward
+        if memo != "auto" and bwd == "auto":
+            bwd = "dense_first"  # memoising (or not) is a choice of the dense-first backward
         return order_value(name, bwd, memo)
 
     def hint_partition(self, e):
