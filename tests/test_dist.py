@@ -31,8 +31,8 @@ if MPIEXEC is None:
 DRIVER = ROOT / "tests" / "dist_driver.py"
 EPOCHS = 20
 GCN, SAGE, GAT = (str(ROOT / "programs" / f"{p}.gd") for p in ("gcn", "sage", "gat"))
-MSE_AE, EDGE_DROPOUT, BCE_X = (str(ROOT / "tests" / "dist_programs" / f"{p}.gd")
-                               for p in ("mse_autoencoder", "edge_dropout", "bce_features"))
+MSE_AE, EDGE_DROPOUT, BCE_X, EW_MAX = (str(ROOT / "tests" / "dist_programs" / f"{p}.gd")
+                                       for p in ("mse_autoencoder", "edge_dropout", "bce_features", "elementwise_max"))
 
 # every exact plan; (plan, halo); rows_replicated(2) needs c^2 | P
 EXACT = [("rows(hash)", "alltoallv"), ("rows(hash)", "bcast"), ("rows(random)", "alltoallv"),
@@ -68,6 +68,7 @@ def _configs(P: int) -> list[dict]:
         out += [_cfg(MSE_AE, "cora", p) for p in ("rows(hash)", "vertex_cut", "replicate")]   # target X, not labels
         out += [_cfg(BCE_X, "cora", p) for p in ("rows(hash)", "vertex_cut")]   # a [F] bce target: mean over F too
         out += [_cfg(EDGE_DROPOUT, "cora", p) for p in ("features", "rows(hash)")]   # edge masks, P3's full layer 1
+        out += [_cfg(EW_MAX, "cora", "features")]   # element-wise max/min on P3's column slices
     else:
         out += [_cfg(SAGE, "cora", "rows_replicated(2)"), _cfg(SAGE, "cora", "rows(hash)", "bcast")]
         out += [_cfg(GAT, "cora", "rows(hash)", "bcast"), _cfg(GAT, "cora", "features")]

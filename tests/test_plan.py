@@ -140,3 +140,42 @@ def test_auto_chooses_a_plan_the_ranks_can_run():
     assert 'runner_up="redistribute(' not in plan_attr   # nor is the runner-up a plan the ranks cannot run
     assert re.search(r'strategy="(\w+)', plan_attr).group(1) == {"rows": "edge_cut"}.get(spec.strategy, spec.strategy) \
         or spec.strategy == "rows" and 'strategy="rows(' in plan_attr
+
+
+def test_auto_never_chooses_a_feature_split_the_ranks_refuse():
+    """P3's region analysis (which layer-1 ops can run on column slices) is part
+    of `check_supported`, so `partition = auto` skips `features` for a program
+    the ranks would refuse. Was: only the ranks ran it, after auto had chosen."""
+    import dataclasses
+
+    import gdsl
+    import pytest
+    from gdsl.compiler import compile_source
+    from gdsl.diagnostics import GdslError
+    from gdsl.dist.module import check_supported
+    from gdsl.graph.io import load_graph, resolve_data
+    from gdsl.planning import first_runnable, plan
+    from gdsl.runtime.binding import bind_dims
+
+    graph = load_graph(resolve_data(None))
+    progs = ROOT / "tests" / "dist_programs"
+
+    def optimised(name, stop_after=None):
+        prog = gdsl.compile(str(progs / name))
+        return compile_source(prog.source, prog.file, dims=bind_dims(prog.checked, graph), stop_after=stop_after).module
+
+    refused = {"computed_factor.gd": "its factor %1 is computed from the graph",
+               "mse_autoencoder.gd": "reads the feature input X (or a value computed from it before layer 1's "
+                                     "product with a weight) after the sync"}
+    for name, msg in refused.items():
+        module = optimised(name)
+        with pytest.raises(GdslError, match=re.escape(msg)):
+            check_supported("features", module)
+        result = plan(optimised(name, "lower"), {"N": graph.num_nodes, "E": int(graph.src.numel()), "F": 1433, "C": 7}, 2)
+        feat = next(c for c in result.choice.candidates if c.name == "features")
+        first = dataclasses.replace(result.choice, candidates=(feat, *(c for c in result.choice.candidates
+                                                                       if c is not feat)))
+        cand, spec = first_runnable(first, 2, lambda delay: module)
+        assert spec.strategy != "features", name
+    check_supported("features", optimised("elementwise_max.gd"))   # element-wise max/min: column-separable
+    check_supported("features", optimised("edge_dropout.gd"))

@@ -41,6 +41,7 @@ from gdsl.dist.kernels import LocalKernels
 from gdsl.dist.part import RankPart
 from gdsl.graph.partition import feature_slices
 from gdsl.ir.core import Module, Op, Value
+from gdsl.ir.ops import LINEAR_UNARY, UNARY
 from gdsl.ir.printer import _Namer
 
 _EDGE_READERS = {"src", "dst", "gather", "edge_softmax", "aggregate", "sddmm", "gat_aggregate"}
@@ -68,11 +69,120 @@ def _view(own_pos: np.ndarray, src, dst, in_deg, out_deg, edata: dict, graph, de
     return gd
 
 
+def _namer(module: Module) -> _Namer:
+    """Values named as in the IR dump (`%1`, `%h`), for messages."""
+    namer = _Namer()
+    for op in module.main.ops:
+        if op.result is not None:
+            namer(op.result)
+    return namer
+
+
+def feature_input(module: Module) -> str | None:
+    """The program's feature input: its first f32 vertex input (what the ranks split)."""
+    return next((op.attrs["name"] for op in module.main.ops if op.name == "input"
+                 and op.result.type.domain == "vertex" and op.result.type.dtype == "f32"), None)
+
+
+def feature_region(module: Module, name=None) -> tuple[dict[Value, str], set[str]]:
+    """P3 §3.1-3.2: the ops of layer 1 up to its sync run model-parallel on
+    each rank's feature columns of all vertices. The region: every op that
+    depends on the feature input and not on a sync result. Its values are
+    either column slices ("cols", before the product with a weight) or partial
+    sums over slices ("partial", after); only column-separable ops may take a
+    slice and only linear ops a partial sum. Returns each value's kind ("cols",
+    "partial" or "rows": after a sync) and the params the product uses (model-
+    parallel: not all-reduced); a program P3 cannot run is refused (GdslError),
+    by the ranks and by `partition = auto` alike (`check_supported`)."""
+    name = name or _namer(module)
+    ops = module.main.ops
+    syncs = [op for op in ops if op.name == "sync"]
+    x = feature_input(module)
+    feat = next((op.result for op in ops if op.name == "input" and op.attrs.get("name") == x), None)
+    if feat is None or not syncs:
+        raise GdslError("partition = features needs a feature input and a sync after layer 1's transform")
+    kind: dict[Value, str] = {feat: "cols"}
+    local_params: set[str] = set()
+    elementwise = set(UNARY) | {"dropout"}
+    linear_ok = set(LINEAR_UNARY) | {"dropout"}
+    for op in ops:
+        ins = [kind.get(v) for v in op.operands]
+        if not any(ins) or op.result is None:
+            continue
+        n = op.name
+        where = f"partition = features: op {name(op.result)} ({n}) in layer 1"
+        if n == "sync":
+            if ins[0] == "cols":
+                raise GdslError(f"{where}: the sync must complete a product of the feature columns with a weight")
+            kind[op.result] = "rows"
+            continue
+        if "rows" in ins:
+            if "cols" in ins:
+                raise GdslError(f"partition = features: op {name(op.result)} ({n}) reads the feature input {x} (or a "
+                                f"value computed from it before layer 1's product with a weight) after the sync; "
+                                f"the feature split holds {x} as column slices only, use rows")
+            if "partial" in ins:
+                raise GdslError(f"{where} mixes layer-1 partial results with synced rows")
+            kind[op.result] = "rows"
+            continue
+        k = "partial" if "partial" in ins else "cols"
+        if n == "matmul":
+            if ins[0] != "cols" or ins[1] is not None:
+                raise GdslError(f"{where}: only one product with a weight is allowed before the sync")
+            local_params.add(op.operands[1].owner.attrs["name"])
+            kind[op.result] = "partial"
+            continue
+        if n in elementwise:
+            if k == "partial" and n not in linear_ok:
+                raise GdslError(f"{where}: {n} of a partial sum is not linear; move it after the sync")
+            kind[op.result] = k
+            continue
+        if n in ("add", "sub") and all(i == k for i in ins):
+            kind[op.result] = k
+            continue
+        if n in ("max", "min"):
+            # element-wise, so column-separable; with a scalar, or two values of the region
+            if k == "partial":
+                raise GdslError(f"{where}: element-wise {n} of a partial sum is not linear; move it after the sync")
+            if all(i == k or (i is None and not v.type.shape and v.type.domain in (None, "scalar"))
+                   for i, v in zip(ins, op.operands)):
+                kind[op.result] = k
+                continue
+            raise GdslError(f"{where}: element-wise {n} with a per-vertex or per-feature value the feature split "
+                            "does not slice; use rows")
+        if n in ("mul", "div") and sum(1 for i in ins if i) == 1 and (
+                op.operands[1 if ins[0] else 0].type.domain in (None, "scalar", "param", "edge", "vertex") and
+                (n == "mul" or ins[0])):
+            other = op.operands[1 if ins[0] else 0]
+            if other.type.domain == "param" or (other.type.shape and other.type.domain != "edge"):
+                raise GdslError(f"{where}: a product with a per-feature factor cannot take a column slice")
+            if other.type.domain in ("vertex", "edge") and other.owner is not None and \
+                    other.owner.name not in ("vertex_const", "edge_const", "degree", "input"):
+                # the factor is computed on this rank's rows only (was: an internal shape error)
+                raise GdslError(f"{where}: its factor {name(other)} is computed from the graph ({other.owner.name}), "
+                                "but the feature split has only graph constants and inputs on every vertex; use rows")
+            kind[op.result] = k
+            continue
+        if n in ("src", "dst"):
+            kind[op.result] = k
+            continue
+        if n == "gather" or n == "aggregate":
+            if k == "partial" and op.attrs["reduce"] not in ("sum", "mean"):
+                raise GdslError(f"{where}: {op.attrs['reduce']} of a partial sum is not linear")
+            if n == "aggregate" and len(op.operands) > 1 and ins[1] is not None:
+                raise GdslError(f"{where}: the edge factor may not depend on the features")
+            kind[op.result] = k
+            continue
+        raise GdslError(f"{where} is not column-separable (it mixes feature columns); P3's feature split "
+                        "cannot run this program's first layer, use rows")
+    return kind, local_params
+
+
 def check_supported(s: str, module: Module, name=None) -> None:
     """Refuse (GdslError) an op that strategy `s` cannot run exactly: checked by
     each rank before any communication, and by `partition = auto` so the cost
     model's choice is one the ranks can run."""
-    name = name or (lambda v: f"%{v.hint or '?'}")
+    name = name or _namer(module)
     for op in module.main.ops:
         n = op.name
         where = f"op {name(op.result) if op.result is not None else n} ({n})"
@@ -97,6 +207,8 @@ def check_supported(s: str, module: Module, name=None) -> None:
                                                  or op.operands[1].owner.name != "edge_const"):
                     raise GdslError(f"partition = redistribute cannot run {where}: the edge factor must be "
                                     "a graph constant")
+    if s == "features":
+        feature_region(module, name)
 
 
 class DistModule(ReferenceModule):
@@ -112,11 +224,7 @@ class DistModule(ReferenceModule):
         nn.Module.__init__(self)
         self.ir, self.part, self.comm = module, part, comm
         self.device = dev = torch.device("cpu" if device is None else device)
-        namer = _Namer()
-        for op in module.main.ops:
-            if op.result is not None:
-                namer(op.result)
-        self._vn = namer  # value -> its name in the IR dump, for comm labels
+        self._vn = _namer(module)  # value -> its name in the IR dump, for comm labels
         self.spec = part.spec
         strategy = self.spec.strategy
         self.graph = SimpleNamespace(
@@ -139,9 +247,7 @@ class DistModule(ReferenceModule):
         self.counted = fn.as_tensor(part.counted, dev)
         self._create_params(module)   # drawn on the host, as one process draws them
         self.to(dev)
-        self.feature_input = next((op.attrs["name"] for op in module.main.ops
-                                   if op.name == "input" and op.result.type.domain == "vertex"
-                                   and op.result.type.dtype == "f32"), None)
+        self.feature_input = feature_input(module)
         self.loss_op = next((op for op in module.main.ops if op.name == "loss"), None)
         self._consts: dict = {}
         self._spmm = {}
@@ -213,77 +319,9 @@ class DistModule(ReferenceModule):
         check_supported(self.spec.strategy, module, self._vn)
 
     def _mark_feature_region(self, module: Module) -> None:
-        """P3 §3.1-3.2: the ops of layer 1 up to its sync run model-parallel on
-        this rank's feature columns of all vertices. The region: every op that
-        depends on the feature input and not on a sync result. Its values are
-        either column slices (before the product with a weight) or partial
-        sums over slices (after); only column-separable ops may take a slice
-        and only linear ops a partial sum."""
-        ops = module.main.ops
-        syncs = [op for op in ops if op.name == "sync"]
-        feat = next((op.result for op in ops if op.name == "input" and op.attrs.get("name") == self.feature_input), None)
-        if feat is None or not syncs:
-            raise GdslError("partition = features needs a feature input and a sync after layer 1's transform")
-        kind: dict[Value, str] = {feat: "cols"}
-        elementwise = {"relu", "elu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs", "neg", "leaky_relu",
-                       "dropout"}
-        linear_ok = {"neg", "dropout"}
-        for op in ops:
-            ins = [kind.get(v) for v in op.operands]
-            if not any(ins) or op.result is None:
-                continue
-            n = op.name
-            where = f"partition = features: op {self._vn(op.result)} ({n}) in layer 1"
-            if n == "sync":
-                if ins[0] == "cols":
-                    raise GdslError(f"{where}: the sync must complete a product of the feature columns with a weight")
-                kind[op.result] = "rows"
-                continue
-            if "rows" in ins:
-                if any(k in ("cols", "partial") for k in ins):
-                    raise GdslError(f"{where} mixes layer-1 partial results with synced rows")
-                kind[op.result] = "rows"
-                continue
-            k = "partial" if "partial" in ins else "cols"
-            if n == "matmul":
-                if ins[0] != "cols" or ins[1] is not None:
-                    raise GdslError(f"{where}: only one product with a weight is allowed before the sync")
-                self.local_params.add(op.operands[1].owner.attrs["name"])
-                kind[op.result] = "partial"
-                continue
-            if n in elementwise:
-                if k == "partial" and n not in linear_ok:
-                    raise GdslError(f"{where}: {n} of a partial sum is not linear; move it after the sync")
-                kind[op.result] = k
-                continue
-            if n in ("add", "sub") and all(i == k for i in ins):
-                kind[op.result] = k
-                continue
-            if n in ("mul", "div") and sum(1 for i in ins if i) == 1 and (
-                    op.operands[1 if ins[0] else 0].type.domain in (None, "scalar", "param", "edge", "vertex") and
-                    (n == "mul" or ins[0])):
-                other = op.operands[1 if ins[0] else 0]
-                if other.type.domain == "param" or (other.type.shape and other.type.domain != "edge"):
-                    raise GdslError(f"{where}: a product with a per-feature factor cannot take a column slice")
-                if other.type.domain in ("vertex", "edge") and other.owner is not None and \
-                        other.owner.name not in ("vertex_const", "edge_const", "degree", "input"):
-                    # the factor is computed on this rank's rows only (was: an internal shape error)
-                    raise GdslError(f"{where}: its factor {self._vn(other)} is computed from the graph ({other.owner.name}), "
-                                    "but the feature split has only graph constants and inputs on every vertex; use rows")
-                kind[op.result] = k
-                continue
-            if n in ("src", "dst"):
-                kind[op.result] = k
-                continue
-            if n == "gather" or n == "aggregate":
-                if k == "partial" and op.attrs["reduce"] not in ("sum", "mean"):
-                    raise GdslError(f"{where}: {op.attrs['reduce']} of a partial sum is not linear")
-                if n == "aggregate" and len(op.operands) > 1 and ins[1] is not None:
-                    raise GdslError(f"{where}: the edge factor may not depend on the features")
-                kind[op.result] = k
-                continue
-            raise GdslError(f"{where} is not column-separable (it mixes feature columns); P3's feature split "
-                            "cannot run this program's first layer, use rows")
+        """P3 §3.1-3.2: layer 1 up to its sync runs model-parallel on this rank's
+        feature columns of all vertices (`feature_region`)."""
+        kind, self.local_params = feature_region(module, self._vn)
         self.cols_region = {v for v, k in kind.items() if k in ("cols", "partial")}
         self.region_kind = kind
         lo, hi = (int(v) for v in self.part.extra["feature_cols"])
