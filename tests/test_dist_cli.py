@@ -381,6 +381,69 @@ def test_max_and_min_over_outgoing_edges_on_1d_ranks(tmp_path):
     assert got == pytest.approx(want, rel=1e-4)
 
 
+TIES_SRC = """
+graph G
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train, val, test
+
+layer L[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    transform z = h @ W
+    scatter m1 = src.z
+    scatter m2 = dst.z
+    gather  mx = max(m1)
+    gather  mn = min(m2, to = src)
+    apply out = tanh(mx + mn)
+    return out
+}
+
+model M { return L[C](L[8](X)) }
+
+train t {
+    model = M
+    loss = cross_entropy(Y, mask = train)
+    optimizer = adam(lr = 0.05)
+    epochs = 5
+}
+"""
+
+
+def test_max_and_min_ties_across_ranks_match_the_reference(tmp_path):
+    """The reference splits a max / min's gradient evenly among all the edges
+    that tie for it. Every edge given three times, and every feature row twice
+    (v and v + 20): ties span ranks, and a partial that attains the result
+    gets its count of the ties over all of them. Was: every attaining partial
+    got the whole gradient (vertex_cut, 1.5D), so the loss left the
+    reference's from epoch 2 (1e-2 here). On 1D plans (`to = src`) ties across
+    ranks come from equal rows of equal Jacobians here, so the split does not
+    show in the loss; that path runs the same rule (`tie_shares`)."""
+    import numpy as np
+
+    import gdsl as g
+    from gdsl.runtime.trainer import train
+    rng = np.random.default_rng(7)
+    pairs = [(int(a), int(b)) for a, b in rng.integers(0, 40, (90, 2))]
+    dup = tmp_path / "dup.npz"
+    _tiny_npz(dup, 40, pairs * 3, f=6)
+    arrays = dict(np.load(dup))
+    arrays["features"] = np.tile(arrays["features"][:20], (2, 1))
+    np.savez(dup, **arrays)
+    both = tmp_path / "ties.gd"
+    both.write_text(TIES_SRC)
+    to_dst = tmp_path / "ties_dst.gd"   # 1.5D reduces over incoming edges only
+    to_dst.write_text(TIES_SRC.replace("min(m2, to = src)", "min(m1)"))
+    cfgs = [{"program": str(both), "data": str(dup), "plan": p, "epochs": 5} for p in ("vertex_cut", "rows(hash)")]
+    cfgs += [{"program": str(to_dst), "data": str(dup), "plan": "rows_replicated(2)", "epochs": 5}]
+    cfgs += [{"program": str(both), "data": str(dup), "plan": "vertex_cut", "epochs": 5, "backend": "numba"}]
+    want = {str(p): [e.loss for e in train(g.compile(str(p)), g.load_graph(str(dup)), epochs=5, seed=0,
+                                           backend="reference").epochs] for p in (both, to_dst)}
+    for res in run_driver(4, cfgs, timeout=600):
+        c = res["config"]
+        assert "error" not in res, (c["plan"], res.get("error"))
+        assert res["losses"] == pytest.approx(want[c["program"]], rel=1e-5), (c["plan"], c.get("backend"))
+
+
 # ---------------------------------------------------------------- ranks that own no rows
 
 def _tiny_npz(path: Path, n: int, edges: list[tuple[int, int]], f: int = 3) -> str:

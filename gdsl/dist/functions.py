@@ -80,17 +80,33 @@ class HaloExchange:
         """[n_local] partial sums -> [n_own]: halo rows added at their owners."""
         return _Reduce.apply(partial, self, label)
 
-    def reduce_extremum(self, partial: torch.Tensor, label: str, reduce: str) -> torch.Tensor:
+    def reduce_extremum(self, partial: torch.Tensor, label: str, reduce: str, ties: torch.Tensor) -> torch.Tensor:
         """[n_local] partial maxima (minima) -> [n_own]: the halo rows' partials
         sent to their owners (all-to-all-v) and combined there. Rows with no
-        local edge must hold -inf (+inf). The gradient reaches the winners
-        (torch's scatter_reduce rule) and goes back to the halo rows' ranks."""
+        local edge must hold -inf (+inf). `ties`: each element's count of local
+        edges attaining the partial; they travel with the partials, so the
+        gradient reaches the attaining partials shared by their counts
+        (`tie_shares`: the reference's split) and goes back to the halo rows' ranks."""
         if self.mode == "bcast":
             raise GdslError(f"{label}: {reduce} over outgoing edges (to = src) is implemented for --halo alltoallv")
         own = partial.index_select(0, self.own_pos)
         back = _ToOwners.apply(partial, self, label)
         idx = self.send_all.reshape((-1,) + (1,) * (partial.dim() - 1)).expand_as(back)
-        return own.scatter_reduce(0, idx, back, "amax" if reduce == "max" else "amin", include_self=True)
+        best = own.detach().scatter_reduce(0, idx, back.detach(), "amax" if reduce == "max" else "amin",
+                                           include_self=True)
+        own_ties = ties.index_select(0, self.own_pos)
+        back_ties = self.comm.alltoallv(ties.index_select(0, self.recv_pos).contiguous(), self.recv_counts,
+                                        self.send_counts, label + " ties")
+        hit_own = own_ties * (own.detach() == best).to(ties.dtype)
+        hit_back = back_ties * (back.detach() == best.gather(0, idx)).to(ties.dtype)
+        total = hit_own.clone().scatter_add_(0, idx, hit_back).clamp(min=1)
+
+        def zero_valued(v, hit):   # v - v, differentiable, where v attains (no inf - inf elsewhere)
+            v = torch.where(hit > 0, v, torch.zeros_like(v))
+            return v - v.detach()
+        # best, differentiable: each attaining partial enters with its share of the gradient
+        return best + zero_valued(own, hit_own) * (hit_own / total) + torch.zeros_like(best).scatter_add(
+            0, idx, zero_valued(back, hit_back) * (hit_back / total.gather(0, idx)))
 
     # forward/backward bodies
     def _fetch(self, x: torch.Tensor, label: str) -> torch.Tensor:
@@ -168,22 +184,38 @@ class AllReduce(torch.autograd.Function):
         return ctx.comm.allreduce_(g.clone().contiguous(), ctx.label + " bwd"), None, None
 
 
+def tie_shares(x: torch.Tensor, ties: torch.Tensor, out: torch.Tensor, total_of) -> torch.Tensor:
+    """Each partial's share of the gradient of a max / min combined from
+    partials: the reference (torch's scatter_reduce rule) splits an output's
+    gradient evenly among all the edges that tie for it, wherever they are.
+    A partial that attains the result holds `ties` of them (its local count),
+    so it gets ties / (the ties of all partials that attain it), and its local
+    scatter_reduce splits that evenly among its own. `total_of` sums the
+    attaining counts over the partials (a collective). Was: every partial
+    that attained the result got the whole gradient, so ties across ranks
+    (duplicate edges, messages equal after a relu) gave a multiple of it."""
+    hit = ties * (x == out).to(ties.dtype)
+    return hit / total_of(hit.clone()).clamp(min=1)
+
+
 class AllReduceExtremum(torch.autograd.Function):
-    """max / min of partial results; the gradient goes to the members whose
-    partial attained the result."""
+    """max / min of partial results (`ties`: each element's count of local
+    edges that attain this partial); the gradient goes to the members whose
+    partial attained the result, shared by their tie counts (`tie_shares`)."""
 
     @staticmethod
-    def forward(ctx, x, comm: Comm, label: str, op: str):
+    def forward(ctx, x, ties, comm: Comm, label: str, op: str):
         out = comm.allreduce_(x.detach().clone().contiguous(), label + " fwd", op)
-        ctx.save_for_backward((x.detach() == out))
+        ctx.save_for_backward(tie_shares(x.detach(), ties, out,
+                                         lambda h: comm.allreduce_(h.contiguous(), label + " ties")))
         ctx.comm, ctx.label = comm, label
         return out
 
     @staticmethod
     def backward(ctx, g):
-        (hit,) = ctx.saved_tensors
+        (share,) = ctx.saved_tensors
         total = ctx.comm.allreduce_(g.clone().contiguous(), ctx.label + " bwd")
-        return total * hit, None, None, None
+        return total * share, None, None, None, None
 
 
 class BlockBcast(torch.autograd.Function):
@@ -246,8 +278,13 @@ class SplitCombine:
         self.leaf_counts = np.array([s.size for s in send_idx], np.int64)
         self.root_counts = np.array([s.size for s in recv_idx], np.int64)
 
-    def exact(self, partial: torch.Tensor, label: str, reduce: str = "sum") -> torch.Tensor:
-        return _Combine.apply(partial, self, label, reduce)
+    def exact(self, partial: torch.Tensor, label: str, reduce: str = "sum",
+              ties: torch.Tensor | None = None) -> torch.Tensor:
+        """The complete aggregate on every replica; for max / min, `ties` is
+        each element's count of local edges attaining the partial (`tie_shares`)."""
+        if reduce != "sum" and ties is None:
+            raise ValueError("a max / min combine needs the partials' tie counts")
+        return _Combine.apply(partial, ties, self, label, reduce)
 
     def _run(self, x: torch.Tensor, label: str, reduce: str) -> torch.Tensor:
         up = self.comm.alltoallv(x.index_select(0, self.leaf_all), self.leaf_counts, self.root_counts, label + " leaf->root")
@@ -265,11 +302,12 @@ class SplitCombine:
 
 class _Combine(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, sc: SplitCombine, label: str, reduce: str):
+    def forward(ctx, x, ties, sc: SplitCombine, label: str, reduce: str):
         ctx.sc, ctx.label, ctx.reduce = sc, label, reduce
         out = sc._run(x.detach().contiguous(), label + " fwd", reduce)
         if reduce != "sum":
-            ctx.save_for_backward(x.detach() == out)
+            ctx.save_for_backward(tie_shares(x.detach(), ties, out,
+                                             lambda h: sc._run(h.contiguous(), label + " ties", "sum")))
         return out
 
     @staticmethod
@@ -278,9 +316,9 @@ class _Combine(torch.autograd.Function):
         # the replicas' gradients: the same tree, summing
         total = ctx.sc._run(g.contiguous(), ctx.label + " bwd", "sum")
         if ctx.reduce != "sum":
-            (hit,) = ctx.saved_tensors
-            total = total * hit
-        return total, None, None, None
+            (share,) = ctx.saved_tensors
+            total = total * share
+        return total, None, None, None, None
 
 
 class PullRows(torch.autograd.Function):

@@ -69,6 +69,14 @@ def _view(own_pos: np.ndarray, src, dst, in_deg, out_deg, edata: dict, graph, de
     return gd
 
 
+def _tie_counts(m: torch.Tensor, idx: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """Per element of a partial max / min `out` (rows: idx of each message of
+    `m`): how many local messages attain it (0 for a row without one)."""
+    with torch.no_grad():
+        hit = (m == out.index_select(0, idx)).to(out.dtype)
+        return torch.zeros_like(out).index_add_(0, idx, hit)
+
+
 def _namer(module: Module) -> _Namer:
     """Values named as in the IR dump (`%1`, `%h`), for messages."""
     namer = _Namer()
@@ -465,7 +473,13 @@ class DistModule(ReferenceModule):
         w = vals[0] if msg == "copy_edge" else (vals[1] if len(vals) > 1 else None)
         r = "sum" if reduce == "mean" else reduce
         self._cur = op
-        out = self._complete(self.kernels.aggregate(op, x, w, r), r, op)
+        out = self.kernels.aggregate(op, x, w, r)
+        ties = None
+        if r != "sum" and self.spec.strategy in ("rows_replicated", "vertex_cut"):
+            # the kernel keeps no messages: count the ties on the torch path's messages
+            mv = [w] if msg == "copy_edge" else [x] + ([w] if w is not None else [])
+            ties = _tie_counts(self.messages(op, mv), self.dst_index, out)
+        out = self._complete(out, r, op, "dst", ties)
         if reduce == "mean":
             deg = self.gd.vertex_env["degree"].clamp(min=1).to(out.dtype)
             out = out / deg.reshape((-1,) + (1,) * (out.dim() - 1))
@@ -562,6 +576,7 @@ class DistModule(ReferenceModule):
             rows = self.part.n_own
         out_shape = (rows,) + tuple(m.shape[1:])
         r = "sum" if reduce == "mean" else reduce
+        ties = None
         if r == "sum":
             out = m.new_zeros(out_shape).index_add(0, idx, m)
         else:
@@ -569,8 +584,9 @@ class DistModule(ReferenceModule):
             partial = self.spec.strategy in ("rows_replicated", "vertex_cut") or to == "src"
             out = scatter_extremum(m, idx, rows, r, empty=(float("-inf") if r == "max" else float("inf"))
                                    if partial else 0.0)
+            ties = _tie_counts(m, idx, out) if partial else None
         op = getattr(self, "_cur", None)
-        out = self._complete(out, r, op, to)
+        out = self._complete(out, r, op, to, ties)
         if r in ("max", "min"):
             out = torch.where(torch.isfinite(out), out, torch.zeros_like(out))
         if reduce == "mean":
@@ -578,7 +594,10 @@ class DistModule(ReferenceModule):
             out = out / deg.reshape((-1,) + (1,) * (out.dim() - 1))
         return out
 
-    def _complete(self, partial: torch.Tensor, reduce: str, op: Op | None, to: str = "dst") -> torch.Tensor:
+    def _complete(self, partial: torch.Tensor, reduce: str, op: Op | None, to: str = "dst",
+                  ties: torch.Tensor | None = None) -> torch.Tensor:
+        """This rank's partial aggregate completed as the plan does; `ties`
+        (max / min): each element's count of local edges attaining the partial."""
         s = self.spec.strategy
         label = f"{self._vn(op.result)} {op.name}" if op is not None and op.result is not None else "gather"
         if s == "replicate" or (s == "vertex_cut" and op is not None and op.attrs.get("adjoint")):
@@ -587,18 +606,18 @@ class DistModule(ReferenceModule):
             if to == "dst":
                 return partial
             if reduce in ("max", "min"):
-                return self._halo.reduce_extremum(partial, label + " (to src)", reduce)
+                return self._halo.reduce_extremum(partial, label + " (to src)", reduce, ties)
             return self._halo.reduce(partial, label + " (to src)")
         if s == "rows_replicated":
             if reduce == "sum":
                 return fn.AllReduce.apply(partial, self.row_comm, label + " allreduce(row)")
-            return fn.AllReduceExtremum.apply(partial, self.row_comm, label + " allreduce(row)", reduce)
+            return fn.AllReduceExtremum.apply(partial, ties, self.row_comm, label + " allreduce(row)", reduce)
         # vertex_cut
         delay = self.spec.delay
         if delay == 0 or not self.training:
             # cd-0; and every evaluation pass: the accuracy of the trained
             # weights is measured with complete aggregates
-            return self._tree.exact(partial, label, reduce)
+            return self._tree.exact(partial, label, reduce, ties)
         if delay == "none":
             # 0c: remote partial aggregates ignored; a sum over the local in-edges
             # stands for the sum over all of them (`_make_partial_scale`)

@@ -448,18 +448,19 @@ class ReferenceModule(nn.Module):
 
     # ---- fused ops, by their unfused meaning (the oracle for every backend)
     def aggregate(self, op: Op, vals: list):
+        return self.gather(self.messages(op, vals), op.attrs["reduce"], op.attrs["to"])
+
+    def messages(self, op: Op, vals: list) -> torch.Tensor:
+        """The [E, ...] messages of an aggregate op (what its gather reduces)."""
         msg, to = op.attrs["msg"], op.attrs["to"]
-        endpoint = self.src_index if to == "dst" else self.dst_index
         if msg == "copy_edge":
-            return self.gather(vals[0], op.attrs["reduce"], to)
-        x = vals[0].index_select(0, endpoint)
+            return vals[0]
+        x = vals[0].index_select(0, self.src_index if to == "dst" else self.dst_index)
         if msg == "copy_src":
-            m = x
-        else:
-            xt, wt = op.operands[0].type.with_domain("edge"), op.operands[1].type
-            a, b = _align_pair(x, xt, vals[1], wt, op.attrs.get("broadcast"))
-            m = _BINARY[msg](a, b)
-        return self.gather(m, op.attrs["reduce"], to)
+            return x
+        xt, wt = op.operands[0].type.with_domain("edge"), op.operands[1].type
+        a, b = _align_pair(x, xt, vals[1], wt, op.attrs.get("broadcast"))
+        return _BINARY[msg](a, b)
 
     def sddmm(self, op: Op, vals: list):
         a = vals[0].index_select(0, self.src_index)
