@@ -291,6 +291,8 @@ CASES = [
      '5:1', "'Y' is already defined as an input at line 4"),
     ('model-called-with-static-args', 'gcn.gd', 'return GCNConv[C](h)', 'return GCN[C](h)',
      '22:12', "model 'GCN' cannot be called"),
+    ('bce-target-shape', 'gcn.gd', 'cross_entropy(Y, mask = train)', 'bce(X, mask = train)',
+     '27:17', "bce: model output [C] and target [F] differ"),
     # ---- session 13: every keyword given twice is an error (was: the last one won silently)
     ('graph-option-twice', 'gcn.gd', 'graph G (self_loops, symmetric)', 'graph G (self_loops, symmetric, self_loops)',
      '2:33', "graph option 'self_loops' is given twice"),

@@ -135,6 +135,34 @@ def test_accuracy_only_when_the_loss_targets_the_labels(target, acc):
         assert set(r.epochs[-1].metrics) == {"train_acc", "val_acc"}
 
 
+BCE_2D = """graph G
+input X : vertex f32[F]
+input P : vertex f32[2, 3]
+layer L(h: [din]) -> [2, 3] {
+    param W : f32[din, 2, 3] = glorot
+    transform t = h @ W
+    return t
+}
+model M { return L(X) }
+train t { model = M; loss = bce(P); epochs = 2 }
+"""
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_bce_of_a_float_target_is_the_mean_over_its_elements(backend):
+    """bce against an f32 target of the output's shape (here [2, 3]) is
+    torch's mean over all elements. Was: the output was flattened to [N, 6]
+    and the target not: torch's 'Target size ... must be the same'."""
+    g = random_graph(n=12, e=30, f=4, c=2)
+    g.ndata["P"] = torch.rand(12, 2, 3)
+    torch.manual_seed(0)
+    m = gdsl.compile(BCE_2D).module(g, backend=backend)
+    out = m()
+    torch.testing.assert_close(m.loss(out), torch.nn.functional.binary_cross_entropy_with_logits(out, g.ndata["P"]))
+    r = gdsl.train(gdsl.compile(BCE_2D), g, backend=backend, epochs=2)
+    assert r.epochs[1].loss < r.epochs[0].loss
+
+
 @pytest.mark.parametrize("hint", ["rows", "rows(hash)", "rows(block)", "rows(metis)", "redistribute",
                                   "redistribute(2)", "rows_replicated(2)", "vertex_cut", "edge_cut", "features"])
 def test_partition_hint_takes_what_the_partition_flag_takes(hint):

@@ -354,6 +354,15 @@ class Lowerer:
             if out.type.shape not in ((), (1,)) and t.type.dtype == "i64":
                 self.diags.error(spec.span, f"bce with labels needs model output [] or [1], got {fmt_shape(out.type.shape)}")
                 return
+            scalar = ((), (1,))
+            if t.type.dtype == "f32" and not (tuple(t.type.shape) in scalar and tuple(out.type.shape) in scalar) and (
+                    len(t.type.shape) != len(out.type.shape)
+                    or not all(same_dim(a, b) for a, b in zip(t.type.shape, out.type.shape))):
+                # as mse (was: accepted, then torch's 'Target size ... must be the same as input size')
+                self.diags.error(spec.span, f"bce: model output {fmt_shape(out.type.shape)} and target "
+                                 f"{fmt_shape(t.type.shape)} differ",
+                                 needs_data=_symbolic(tuple(out.type.shape) + tuple(t.type.shape)))
+                return
             classes = t.owner.attrs.get("classes") if t.type.dtype == "i64" else None
             if classes is not None and classes.is_number and int(classes) > 2:
                 self.diags.error(spec.span, f"bce needs 0/1 labels, but '{spec.target}' has {int(classes)} classes "
