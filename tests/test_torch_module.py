@@ -217,3 +217,108 @@ def test_from_edges_takes_what_torch_and_pyg_hand_it():
     big = torch.tensor([0, 2 ** 63 + 5], dtype=torch.uint64)   # was: reported as a wrapped negative id
     with pytest.raises(GdslError, match="src: value 9223372036854775813 does not fit in int64"):
         gdsl.Graph.from_edges(big, torch.tensor([1, 2]), 3)
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_gradient_checkpointing_recomputes_the_same_dropout_masks(backend, reentrant):
+    """torch.utils.checkpoint recomputes the forward in the backward after
+    restoring torch's generator, which tells the module it is that step
+    again: the recompute draws the forward's masks and the gradients are
+    exact. Was: every forward counted as a new step, the recompute drew new
+    masks, and the gradients were silently wrong (0.9 off on this graph)."""
+    from torch.utils.checkpoint import checkpoint
+    m, g = bound(backend)
+    m.train()
+
+    def grads(ck: bool):
+        m.zero_grad()
+        torch.manual_seed(11)
+        x = g.features.clone().requires_grad_()
+        out = checkpoint(m, x, use_reentrant=reentrant) if ck else m(x)
+        m.loss(out).backward()
+        return [p.grad.clone() for p in m.parameters()] + [x.grad.clone()]
+
+    for a, b in zip(grads(True), grads(False)):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dropout_masks_follow_the_step_and_repeat_under_the_same_torch_state(backend):
+    """Each train-mode forward is a new step with new masks; a forward that
+    finds torch's generator where an earlier one did repeats that step's
+    masks (torch.utils.checkpoint's recompute; re-seeding before forwards)."""
+    m, _ = bound(backend)
+    m.train()
+    a, b = m(), m()
+    assert not torch.allclose(a, b) and m.step == 2
+    torch.manual_seed(5)
+    c = m()
+    torch.manual_seed(5)
+    torch.testing.assert_close(m(), c)
+    assert m.step == 3
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_share_memory_shares_params_and_keeps_running(backend):
+    """The torch.multiprocessing (Hogwild) recipe. Was, on reference: a
+    NotImplementedError from the torch.sparse CSR constants, params half-shared."""
+    m, _ = bound(backend)
+    want = m()
+    assert m.share_memory() is m
+    assert all(p.is_shared() for p in m.parameters())
+    torch.testing.assert_close(m(), want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("start,load", [(torch.float64, torch.float32), (torch.float32, torch.float64)],
+                         ids=["f64-module-f32-state", "f32-module-f64-state"])
+def test_load_state_dict_assign_takes_the_state_dicts_dtype(backend, start, load):
+    """`load_state_dict(sd, assign=True)` takes the state dict's tensors, dtype
+    included (torch's rule): the module then runs in that dtype, constants too.
+    Was: torch's 'both inputs should have same dtype' from the forward."""
+    m, g = bound(backend)
+    m = m.to(start)
+    other, _ = bound(backend)
+    want = other.to(load)()
+    m.load_state_dict(other.state_dict(), assign=True)
+    out = m()
+    assert out.dtype == load and m.dtype == load
+    torch.testing.assert_close(out, want)
+    m.GCNConv_1.W = torch.nn.Parameter(m.GCNConv_1.W.detach().to(start))
+    with pytest.raises(GdslError, match="the params have mixed dtypes"):
+        m()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_features_on_another_device_and_pyg_style_calls_are_clear_errors(backend):
+    m, g = bound(backend)
+    with pytest.raises(GdslError, match=r"the model's input is on meta, the module on cpu; use x.to\('cpu'\)"):
+        m(g.features.to("meta"))
+    edge_index = torch.stack([g.src, g.dst])
+    with pytest.raises(GdslError, match=r"takes only the features: model\(x\) or model\(\); got 2 arguments"):
+        m(g.features, edge_index)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_pruning_a_layer_weight_trains(backend):
+    """torch.nn.utils.prune recomputes `W = W_orig * mask` in a forward
+    pre-hook of the layer's module, which the model's forward runs. Was: the
+    hook never ran: the second step failed ('backward through the graph a
+    second time') and the mask was not applied after the first."""
+    import torch.nn.utils.prune as prune
+    m, _ = bound(backend)
+    m.train()
+    prune.l1_unstructured(m.GCNConv_1, "W", amount=0.5)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        m.loss(m()).backward()
+        opt.step()
+    mask = m.GCNConv_1.W_mask
+    assert (m.GCNConv_1.W[mask == 0] == 0).all() and m.GCNConv_1.W_orig.grad is not None
+    m.eval()
+    out = m()   # W recomputed from the stepped W_orig, as nn.Linear's would be
+    torch.testing.assert_close(m.GCNConv_1.W, m.GCNConv_1.W_orig.detach() * mask)
+    prune.remove(m.GCNConv_1, "W")   # W a plain parameter again: the same output
+    torch.testing.assert_close(m(), out)

@@ -401,9 +401,11 @@ class DistModule(ReferenceModule):
         return self._consts[key]
 
     # ---------------------------------------------------------------- forward
-    def forward(self, x: torch.Tensor | None = None) -> torch.Tensor:
-        if self.training:
-            self.step += 1
+    def _follow_params(self) -> None:
+        """The ranks' params stay float32 (gdsl's own training loop)."""
+
+    def forward(self, x: torch.Tensor | None = None, *extra) -> torch.Tensor:
+        self.begin_forward(extra)
         self._ext_cache: dict[Value, torch.Tensor] = {}
         env: dict[Value, object] = {}
         for op in self.ir.main.ops:

@@ -200,7 +200,8 @@ def _save_checkpoint(directory: Path, comm, model, opt, epoch: int, history: lis
     writes the index naming the epoch, after every rank has finished."""
     directory.mkdir(parents=True, exist_ok=True)
     state = {"epoch": epoch, "model": model.state_dict(), "opt": opt.state_dict(), "step": model.step,
-             "rank": comm.rank, "size": comm.size, "history": history, "delay": model.delay_state_dict()}
+             "rank": comm.rank, "size": comm.size, "history": history, "delay": model.delay_state_dict(),
+             "rng": torch.get_rng_state()}   # the next steps' dropout mask keys (ReferenceModule.count_step)
     path = directory / f"rank-{comm.rank}.pt"
     tmp = path.with_name(path.name + ".tmp")
     torch.save(state, tmp)
@@ -272,6 +273,8 @@ def _load_checkpoint(directory: Path, comm, model, opt, identity: dict | None = 
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
         model.step = int(state["step"])
+        if "rng" in state:
+            torch.set_rng_state(state["rng"])
         model.load_delay_state(state.get("delay", {}))   # cd-r's pipelines, with what was in flight
     except (RuntimeError, ValueError, KeyError, TypeError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__

@@ -280,9 +280,8 @@ class NumbaModule(ReferenceModule):
 
     # ---- running
     @eager_under_torch_compile   # a graph break inside torch.compile, not a trace of the launch code
-    def forward(self, x=None):
-        if self.training:
-            self.step += 1   # the reference's dropout seeds count training steps
+    def forward(self, x=None, *extra):
+        self.begin_forward(extra)   # the reference's checks and dropout mask key
         env: dict = {}
         for op in self.ir.main.ops:
             if op.name == "loss" or op in self._skip or op in self._lin_skip:
@@ -338,7 +337,7 @@ class NumbaModule(ReferenceModule):
     def _dropout_seed(self, op: Op) -> int:
         # the reference's per-(seed, step, op) generator seed (ReferenceModule.dropout);
         # _dropout_agrees checks the masks against it once per op
-        return (self.dropout_seed * 1_000_003 + self.step * 10_007 + self._op_index[op]) % (2 ** 63)
+        return self.mask_seed(op)
 
     def _dropout_agrees(self, op: Op, shape, dtype) -> bool:
         """Whether the kernel's mask for dropout `op` is the reference's

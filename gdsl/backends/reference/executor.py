@@ -103,7 +103,8 @@ def scatter_extremum(m: torch.Tensor, idx: torch.Tensor, rows: int, reduce: str,
     return out
 
 
-def check_features(x, rows: int, shape, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def check_features(x, rows: int, shape, dtype: torch.dtype = torch.float32,
+                   device: torch.device | None = None) -> torch.Tensor:
     """The features a caller passes to the module (`model(x)`): a tensor of the
     graph's rows and the declared feature shape, of the params' dtype (float32
     unless the module was converted, e.g. `model.double()`; an integer or bool
@@ -115,6 +116,8 @@ def check_features(x, rows: int, shape, dtype: torch.dtype = torch.float32) -> t
     if list(x.shape) != want:
         raise GdslError(f"the model's input must have shape {want} (the graph's {rows} vertices x the declared "
                         f"features), got {list(x.shape)}")
+    if device is not None and x.device != device:
+        raise GdslError(f"the model's input is on {x.device}, the module on {device}; use x.to('{device}')")
     if x.dtype.is_floating_point or x.dtype.is_complex:
         if x.dtype != dtype:
             name = str(dtype).removeprefix("torch.")
@@ -122,6 +125,29 @@ def check_features(x, rows: int, shape, dtype: torch.dtype = torch.float32) -> t
                             f"use x.to(torch.{name})")
         return x
     return x.to(dtype)
+
+
+class LayerParams(nn.Module):
+    """The params of one layer call (`model.GCNConv_1.W`). The program runs
+    as a whole, not layer by layer, so this module is never called: the
+    model's forward runs its forward pre-hooks first (what
+    `torch.nn.utils.prune` and the old `weight_norm` register to recompute a
+    weight); its forward hooks never fire (register them on the model)."""
+
+    def forward(self, *args, **kwargs):
+        raise GdslError("a layer's params are not a module to call: the model runs the whole program (call the model)")
+
+
+def _apply_to(fn, t: torch.Tensor) -> torch.Tensor:
+    """nn.Module._apply's `fn` on a constant; a torch.sparse CSR matrix that
+    `fn` cannot take whole (`share_memory()`: no storage) takes it per part
+    (was: NotImplementedError, with the params already shared)."""
+    try:
+        return fn(t)
+    except (NotImplementedError, RuntimeError):
+        if t.layout != torch.sparse_csr:
+            raise
+        return torch.sparse_csr_tensor(fn(t.crow_indices()), fn(t.col_indices()), fn(t.values()), t.shape)
 
 
 class ReferenceModule(nn.Module):
@@ -165,8 +191,10 @@ class ReferenceModule(nn.Module):
         """One nn.Parameter per `param` op, initialised in op order from torch's
         global generator (so every backend and every rank draws the same values)."""
         self._param_names: list[str] = []
-        self.dropout_seed, self.step = 0, 0
+        self.dropout_seed, self.step, self._mask_step = 0, 0, 0
+        self._step_of_draw: dict[int, int] = {}   # count_step
         self._op_index = {op: i for i, op in enumerate(module.main.ops)}
+        self._draws_masks = any(op.name == "dropout" and op.attrs["p"] > 0 for op in module.main.ops)
         for op in module.main.ops:
             if op.name == "param":
                 scope, _, pname = op.attrs["name"].rpartition(".")
@@ -238,7 +266,7 @@ class ReferenceModule(nn.Module):
 
     def _holder(self, scope: str) -> nn.Module:
         if not hasattr(self, scope):
-            self.add_module(scope, nn.Module())
+            self.add_module(scope, LayerParams())
         return getattr(self, scope)
 
     # ---- inputs
@@ -252,10 +280,16 @@ class ReferenceModule(nn.Module):
                 raise KeyError(f"the graph has no edge data '{name}' for input {name}")
             return self._as_dtype(self.gd.edge_env[name])
         if name == self.feature_input:
-            return self._as_dtype(g.features) if x is None else check_features(x, g.num_nodes, t.shape, self.dtype)
+            return self._as_dtype(g.features) if x is None else \
+                check_features(x, g.num_nodes, t.shape, self.dtype, self.input_device)
         if name not in g.ndata:
             raise KeyError(f"the graph has no vertex data '{name}' for input {name}")
         return self._as_dtype(g.ndata[name])
+
+    @property
+    def input_device(self) -> torch.device | None:
+        """Where `model(x)` wants x (None: anywhere, the module moves it)."""
+        return self.src_index.device
 
     @property
     def dtype(self) -> torch.dtype:
@@ -281,23 +315,17 @@ class ReferenceModule(nn.Module):
         super()._apply(fn, recurse)
         if hasattr(self, "_consts"):
             if dtype != current:
-                # A new float dtype: compute the constants again from the graph
-                # (float32 values converted would keep float32 rounding).
-                dev = {k: t.device for k, t in self._consts.items()}   # Triton keeps them on its device
-                self._float = dtype
-                self._consts = {k: t.to(dev[k]) for k, t in self._make_consts(dtype).items()}
-                self._spmm = self._plan_spmm(self.ir)
-            self._consts = {k: (fn(t) if isinstance(t, torch.Tensor) else t) for k, t in self._consts.items()}
-            self._spmm = {k: fn(a) for k, a in getattr(self, "_spmm", {}).items()}
+                self._retype_consts(dtype)
+            self._consts = {k: (_apply_to(fn, t) if isinstance(t, torch.Tensor) else t) for k, t in self._consts.items()}
+            self._spmm = {k: _apply_to(fn, a) for k, a in getattr(self, "_spmm", {}).items()}
             self._converted()
         return self
 
     def _converted(self) -> None:
         """Hook: drop caches derived from the constants after `_apply`."""
 
-    def forward(self, x: torch.Tensor | None = None) -> torch.Tensor:
-        if self.training:
-            self.step += 1
+    def forward(self, x: torch.Tensor | None = None, *extra) -> torch.Tensor:
+        self.begin_forward(extra)
         env: dict[Value, object] = {}
         for op in self.ir.main.ops:
             if op.name == "loss" or op in self._lin_skip:
@@ -351,6 +379,8 @@ class ReferenceModule(nn.Module):
             return F.cross_entropy(out, target)
         if fn == "nll":
             return F.nll_loss(out, target)
+        if fn == "bce" and target.is_floating_point():   # an f32 target of the output's shape ([] ~ [1])
+            return F.binary_cross_entropy_with_logits(out, target.to(out.dtype).reshape(out.shape))
         if fn == "bce":
             return F.binary_cross_entropy_with_logits(out.reshape(target.shape[0], -1).squeeze(-1),
                                                       target.to(out.dtype))
@@ -429,17 +459,84 @@ class ReferenceModule(nn.Module):
             return self.gather(m, "sum", "dst")
         raise NotImplementedError(f"reference backend cannot run op '{n}' (was the module optimised?)")
 
+    def begin_forward(self, extra: tuple = ()) -> None:
+        """What every backend's forward does first: refuse PyG-style extra
+        arguments, run the layers' forward pre-hooks (`LayerParams`), let the
+        constants follow params loaded in another dtype, count the step."""
+        if extra:
+            raise GdslError(f"a gdsl module is bound to its graph by prog.module(graph) and takes only the "
+                            f"features: model(x) or model(); got {1 + len(extra)} arguments (for another graph "
+                            "or edge_index, bind it: prog.module(gdsl.Graph.from_edges(...)))")
+        for holder in self.children():
+            if isinstance(holder, LayerParams):
+                for hook in list(holder._forward_pre_hooks.values()):
+                    hook(holder, ())   # was: never run, so a pruned weight was never recomputed
+        self._follow_params()
+        self.count_step()
+
+    def _follow_params(self) -> None:
+        """`load_state_dict(sd, assign=True)` can bring params of the other float
+        dtype: the compiled constants follow them (was: a dtype error in torch
+        or, for some widths, a float64 module with float32 constants)."""
+        dtypes = {p.dtype for p in self.parameters()}
+        if len(dtypes) > 1:
+            raise GdslError(f"the params have mixed dtypes ({', '.join(sorted(str(d).removeprefix('torch.') for d in dtypes))}); "
+                            "convert the module with model.float() or model.double()")
+        if dtypes and (d := dtypes.pop()) != self._float:
+            if d not in (torch.float32, torch.float64):
+                raise GdslError(f"a gdsl module runs in float32 or float64, but its params are "
+                                f"{str(d).removeprefix('torch.')}; convert it with model.float() or model.double()")
+            self._retype_consts(d)
+
+    def _retype_consts(self, dtype: torch.dtype) -> None:
+        """Compute the constants again from the graph in a new float dtype
+        (float32 values converted would keep float32 rounding)."""
+        dev = {k: t.device for k, t in self._consts.items()}   # Triton keeps them on its device
+        self._float = dtype
+        self._consts = {k: t.to(dev[k]) for k, t in self._make_consts(dtype).items()}
+        self._spmm = self._plan_spmm(self.ir)
+        self._converted()
+
     # ---- dropout with partition-invariant masks
+    def count_step(self) -> None:
+        """A forward in train mode is the next training step, whose number
+        seeds the dropout masks. When the program has a dropout, the forward
+        also draws one number from torch's global generator: the same number
+        again means the generator was put back to where it stood at that
+        step's forward, which is how `torch.utils.checkpoint` recomputes a
+        forward in the backward, so the recompute runs with that step's masks
+        (was: it counted as a new step and drew new masks: wrong gradients,
+        silently). Re-seeding torch to the same state before forwards thus
+        repeats masks, as with nn.Dropout."""
+        if not self.training:
+            return
+        if self._draws_masks:
+            draw = int(torch.randint(2 ** 62, (), dtype=torch.int64).item())
+            known = self._step_of_draw.get(draw)
+            if known is not None:
+                self._mask_step = known
+                return
+            self.step += 1
+            self._step_of_draw[draw] = self.step
+            if len(self._step_of_draw) > 256:   # the recent steps (a checkpointed forward is recomputed soon)
+                del self._step_of_draw[next(iter(self._step_of_draw))]
+        else:
+            self.step += 1
+        self._mask_step = self.step
+
+    def mask_seed(self, op: Op) -> int:
+        """The seed of op's dropout mask at this step (the whole tensor's mask)."""
+        return (self.dropout_seed * 1_000_003 + self._mask_step * 10_007 + self._op_index[op]) % (2 ** 63)
+
     def dropout(self, op: Op, x):
-        """Inverted dropout whose mask depends only on (seed, training step, op,
+        """Inverted dropout whose mask depends only on (seed, the step's key, op,
         row, column): the mask of the whole [N or E, ...] tensor is drawn from a
         generator seeded with those, so a distributed run (which keeps some rows
         or columns) draws exactly the single-process mask."""
         p = op.attrs["p"]
         if not self.training or p == 0.0 or not isinstance(x, torch.Tensor):
             return x
-        gen = torch.Generator().manual_seed(
-            (self.dropout_seed * 1_000_003 + self.step * 10_007 + self._op_index[op]) % (2 ** 63))
+        gen = torch.Generator().manual_seed(self.mask_seed(op))
         keep = self.dropout_keep(op, x, gen, p)
         return x * keep / (1.0 - p)
 

@@ -142,6 +142,10 @@ class TritonModule(ReferenceModule):
             hit = self._moved[key] = (t, t.to(self.device))
         return hit[1]
 
+    @property
+    def input_device(self):
+        return None   # any: `_input` moves x to the module's device
+
     def _input(self, op: Op, x):
         t = super()._input(op, x)
         if x is not None and t is x:
@@ -157,9 +161,8 @@ class TritonModule(ReferenceModule):
 
     # ---- running
     @eager_under_torch_compile   # a graph break inside torch.compile, not a trace of the launch code
-    def forward(self, x=None):
-        if self.training:
-            self.step += 1   # the reference's dropout seeds count training steps
+    def forward(self, x=None, *extra):
+        self.begin_forward(extra)   # the reference's checks and dropout mask key
         env: dict = {}
         for op in self.ir.main.ops:
             if op.name == "loss" or op in self._skip or op in self._lin_skip:
