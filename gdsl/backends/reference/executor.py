@@ -487,6 +487,7 @@ class ReferenceModule(nn.Module):
                 raise GdslError(f"a gdsl module runs in float32 or float64, but its params are "
                                 f"{str(d).removeprefix('torch.')}; convert it with model.float() or model.double()")
             self._retype_consts(d)
+            self._converted()
 
     def _retype_consts(self, dtype: torch.dtype) -> None:
         """Compute the constants again from the graph in a new float dtype
@@ -495,7 +496,6 @@ class ReferenceModule(nn.Module):
         self._float = dtype
         self._consts = {k: t.to(dev[k]) for k, t in self._make_consts(dtype).items()}
         self._spmm = self._plan_spmm(self.ir)
-        self._converted()
 
     # ---- dropout with partition-invariant masks
     def count_step(self) -> None:
