@@ -293,6 +293,8 @@ CASES = [
      '22:12', "model 'GCN' cannot be called"),
     ('bce-target-shape', 'gcn.gd', 'cross_entropy(Y, mask = train)', 'bce(X, mask = train)',
      '27:17', "bce: model output [C] and target [F] differ"),
+    ('concat-of-a-scalar', 'gcn.gd', 'apply     out = s + b', 'apply     out = concat(sum(s, 0), b)',
+     '14:21', "concat: a value with no feature axis (shape []) has no last axis to join along; reshape it to [1] first"),
     # ---- session 13: every keyword given twice is an error (was: the last one won silently)
     ('graph-option-twice', 'gcn.gd', 'graph G (self_loops, symmetric)', 'graph G (self_loops, symmetric, self_loops)',
      '2:33', "graph option 'self_loops' is given twice"),

@@ -148,6 +148,10 @@ def infer(name: str, ts: list[Type], attrs: dict) -> Type:
     if name == "concat":
         dom = join_domain([t.domain for t in ts])
         base = ts[0].shape
+        if any(not t.shape for t in ts):
+            # was: "shapes [] and [5] differ outside the last axis" ([] has none)
+            raise StructuralError("concat: a value with no feature axis (shape []) has no last axis to join along; "
+                                  "reshape it to [1] first")
         for t in ts[1:]:
             if len(t.shape) != len(base) or not all(same_dim(x, y) for x, y in zip(t.shape[:-1], base[:-1])) or not base:
                 raise ShapeError(f"concat: shapes {fmt_shape(base)} and {fmt_shape(t.shape)} differ outside the last axis")
