@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import numbers
 import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from torch import nn
 
 from gdsl.backends import require_backend
 from gdsl.compiler import Compiled, compile_source, front, read_source
-from gdsl.diagnostics import CompileError, GdslError
+from gdsl.diagnostics import CompileError, GdslError, GdslWarning
 from gdsl.graph.graph import Graph
 from gdsl.ir.printer import print_module
 from gdsl.runtime.binding import bind_dims
@@ -43,9 +44,11 @@ class Program:
         self.source, self.file, self.train_name, self.overrides = source, file, train, overrides
         self._compiled: Compiled | None = None
         self._unbound: CompileError | None = None
+        self._warned = False
         try:
             self._compiled = compile_source(source, file, overrides=overrides, train=train)
             self.checked = self._compiled.checked
+            self._warn(self._compiled)
         except CompileError as e:
             # A program whose only errors are about symbolic dims that data binds
             # (`repeat C - 5`, `dropout(h, 1 / N)`, `reshape(X, [1433])`) is
@@ -55,6 +58,14 @@ class Program:
                 raise
             self._unbound = e
             self.checked = front(source, file, train)[1]
+
+    def _warn(self, compiled: Compiled) -> None:
+        """Raise the compile warnings once per program (at `gdsl.compile`, or
+        at the first `bind` of a program that needs data to compile)."""
+        if not self._warned:
+            self._warned = True
+            for d in compiled.warnings:
+                warnings.warn(GdslWarning(d, compiled.source), stacklevel=4)
 
     @property
     def compiled(self) -> Compiled:
@@ -82,7 +93,9 @@ class Program:
         if not isinstance(graph, Graph):
             raise TypeError(f"bind() takes a gdsl.Graph, got {type(graph).__name__}")
         dims = bind_dims(self.checked, graph)
-        return compile_source(self.source, self.file, dims=dims, overrides=self.overrides, train=self.train_name)
+        bound = compile_source(self.source, self.file, dims=dims, overrides=self.overrides, train=self.train_name)
+        self._warn(bound)
+        return bound
 
     def module(self, graph: Graph, backend: str | None = None) -> nn.Module:
         """The program bound to `graph` as a `torch.nn.Module` on `backend`

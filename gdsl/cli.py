@@ -246,8 +246,10 @@ def cmd_plan(args, parser) -> int:
             given.add(k)
             dims[k] = int(v)
     row = {k: dims.pop(k) for k in ("N", "E") if k in dims}
-    lowered = compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser),
-                             train=args.train, stop_after="lower").module
+    compiled = compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser),
+                              train=args.train, stop_after="lower")
+    print_compile_warnings(compiled)
+    lowered = compiled.module
     mem = _mem_per_rank(args, parser)
     from gdsl.cost.profile import describe_profile, load_profile
     profile = load_profile(args.profile)
@@ -369,6 +371,7 @@ def cmd_compile(args, parser) -> int:
                               train=args.train, stop_after=stop, after_each=after_and_keep,
                               ranks=args.np_, edges=edges, graph=graph,
                               memory_per_rank=_mem_per_rank(args, parser))
+    print_compile_warnings(compiled)
     if dump_dir:
         write_atomic(dump_dir / "00-ast.txt", dump(compiled.ast, args.print_loc))
     if emit == "ast":
@@ -477,8 +480,28 @@ def main(argv: list[str] | None = None) -> int:
     from gdsl.dist.launch import under_launcher
 
     stopping = stop_on_signals() if args.cmd == "run" and not under_launcher() else contextlib.nullcontext()
-    with stopping:
+    with stopping, warnings.catch_warnings():
+        warnings.showwarning = _show_warning
         return _dispatch(args, args.command_parser, debug)
+
+
+def _show_warning(message, category, *rest, **kw) -> None:
+    """Warnings on stderr as gdsl's own lines: a compile warning with its
+    source line and caret (once: a rank under a launcher other than rank 0
+    leaves it to rank 0), any other as `gdsl: warning: ...`."""
+    from gdsl.diagnostics import GdslWarning
+    from gdsl.dist.launch import launcher_rank
+    if isinstance(message, GdslWarning):
+        if launcher_rank() in (None, 0):
+            print(message.rendered, file=sys.stderr)
+    else:
+        print(f"gdsl: warning: {message}", file=sys.stderr)
+
+
+def print_compile_warnings(compiled) -> None:
+    from gdsl.diagnostics import render
+    for d in compiled.warnings:
+        print(render(d, compiled.source), file=sys.stderr)
 
 
 def _dispatch(args, parser, debug: bool) -> int:

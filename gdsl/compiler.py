@@ -1,7 +1,7 @@
 """The compile driver: source -> AST -> checked program -> IR -> optimised IR."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -24,6 +24,29 @@ class Compiled:
     ast: ast.Program
     checked: CheckedProgram
     module: Module
+    # severity-"warning" diagnostics (a param the layer never uses); the
+    # CLI prints them, `gdsl.compile` raises them as `GdslWarning`s
+    warnings: list[Diagnostic] = field(default_factory=list)
+
+
+def unused_params(module: Module) -> list[Diagnostic]:
+    """A warning for each declared `param` that no result of its layer
+    depends on. Lowering drops it (dead code), so it is not a parameter of
+    the module and is not trained; PyTorch would keep an unused parameter
+    with `grad` None, so the user is told. One warning per declaration,
+    however many times (and with whatever static args) the layer is called."""
+    out: dict[Span, Diagnostic] = {}
+    for fn in module.funcs.values():
+        live = set(fn.results)
+        for op in reversed(fn.ops):
+            if op.result is None or op.result in live or op.attrs.get("keep"):
+                live.update(op.operands)
+        for op in fn.ops:
+            if op.name == "param" and op.result not in live and op.span not in out:
+                layer = fn.attrs.get("layer", fn.name)
+                out[op.span] = Diagnostic(op.span, f"param '{op.attrs.get('name')}' of layer {layer} is never used: "
+                                                   f"it is not a parameter of the model and is not trained", "warning")
+    return sorted(out.values(), key=Diagnostic.sort_key)
 
 
 def read_source(path: str | Path) -> str:
@@ -66,6 +89,7 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
     diags.raise_if_any(source)
     if module is None:  # pragma: no cover - lower reports why
         raise CompileError([Diagnostic(Span(1, 1, 1, 2, file), "nothing to compile")], source)
+    warnings = unused_params(module)
     if after_each:
         after_each("lower", module)
     ctx = PassContext(dims=dict(dims or {}), options={"delay": delay})
@@ -89,4 +113,4 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
     pm = PassManager(after_each=after_each)
     pm.passes = [p for p in pm.passes if p.name not in disable]
     module = pm.run(module, ctx, stop_after=stop_after)
-    return Compiled(source, file, prog, checked, module)
+    return Compiled(source, file, prog, checked, module, warnings)

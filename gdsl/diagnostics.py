@@ -63,6 +63,20 @@ class GdslError(Exception):
     """A user error that is not tied to a source position (data files, CLI)."""
 
 
+class GdslWarning(UserWarning):
+    """A compile warning (`gdsl.compile` raises it with `warnings.warn`):
+    `str()` is the one-line ``file:line:col: message``; `rendered`
+    adds the source line and caret, as the CLI prints it."""
+
+    def __init__(self, diag: Diagnostic, source: str | None = None):
+        super().__init__(f"{diag.span}: {diag.message}")
+        self.diagnostic, self.source = diag, source
+
+    @property
+    def rendered(self) -> str:
+        return render(self.diagnostic, self.source)
+
+
 class DiagnosticBag:
     """Collects diagnostics during a phase; deduplicates exact repeats."""
 

@@ -161,3 +161,73 @@ def test_set_given_twice_and_late_usage_errors_name_the_command(capsys):
     assert code == 2 and "gdsl run: error: --set gives hidden twice" in err
     code, _, err = run_gdsl(["run", GCN, "--epochs", "0"])
     assert code == 2 and err.startswith("usage: gdsl run ") and "gdsl run: error: --epochs must be at least 1" in err
+
+
+UNUSED_PARAMS = """graph G (self_loops)
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train, val, test
+
+layer L[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    param V : f32[din, dout] = glorot
+    param b : f32[dout] = zeros
+    transform t = h @ W
+    transform u = h @ V
+    sync s = sum(t)
+    scatter m = src.s
+    gather a = sum(m)
+    apply out = a
+    return out
+}
+
+model M {
+    return L[C](relu(L[8](X)))
+}
+
+train t {
+    model = M
+    loss = cross_entropy(Y, mask = train)
+    optimizer = adam(lr = 0.01)
+    epochs = 1
+}
+"""
+
+
+def test_a_param_the_layer_never_uses_is_a_warning(tmp_path):
+    """Was: dropped silently (dead code), so it was missing from
+    model.parameters() with no word why. V feeds only a dead transform and b
+    nothing; one warning each although L is called twice."""
+    import warnings
+
+    import gdsl
+    prog_file = tmp_path / "unused.gd"
+    prog_file.write_text(UNUSED_PARAMS)
+    code, out, err = run_gdsl(["compile", str(prog_file)])
+    assert code == 0 and "%loss" in out
+    assert err.count("is never used") == 2, err
+    assert f"{prog_file}:8:5: warning: param 'V' of layer L is never used" in err
+    assert f"{prog_file}:9:5: warning: param 'b' of layer L is never used" in err
+    assert "   9 |     param b : f32[dout] = zeros" in err
+    with pytest.warns(gdsl.GdslWarning) as got:
+        prog = gdsl.compile(str(prog_file))
+    assert sorted(str(w.message) for w in got) == [
+        f"{prog_file}:8:5: param 'V' of layer L is never used: it is not a parameter of the model and is not trained",
+        f"{prog_file}:9:5: param 'b' of layer L is never used: it is not a parameter of the model and is not trained"]
+    assert all(w.filename == __file__ for w in got)   # points at the user's gdsl.compile call
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gdsl.GdslWarning)   # bound once warned: not again
+        model = prog.module(random_graph(), backend="reference")
+    assert [n for n, _ in model.named_parameters()] == ["L_1.W", "L_2.W"]
+    code, _, err = run_gdsl(["run", str(prog_file), "--data", "cora", "--backend", "reference"])
+    assert code == 0 and err.count("is never used") == 2 and "GdslWarning" not in err
+
+
+def test_the_example_programs_compile_without_warnings():
+    import warnings
+
+    import gdsl
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", gdsl.GdslWarning)
+        for p in ("gcn", "sage", "gat"):
+            gdsl.compile(str(ROOT / "programs" / f"{p}.gd"))

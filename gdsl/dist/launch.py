@@ -47,6 +47,17 @@ def under_launcher() -> bool:
     return "SLURM_PROCID" in os.environ and "SLURM_STEP_ID" in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) > 1
 
 
+def launcher_rank() -> int | None:
+    """This process's rank as its launcher's environment gives it, or None
+    when no launcher started it (or the variable is not a number)."""
+    if not under_launcher():
+        return None
+    for k in ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"):
+        if os.environ.get(k, "").isdigit():
+            return int(os.environ[k])
+    return None
+
+
 def find_mpiexec() -> str:
     here = Path(sys.executable).parent / "mpiexec"
     if here.exists():

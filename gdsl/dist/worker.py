@@ -93,7 +93,11 @@ def run(args: dict) -> int:
     if args.get("launcher"):
         watch_launcher(args["launcher"])
     try:
+        import warnings
+
+        from gdsl.diagnostics import GdslWarning
         from gdsl.dist.run import run_rank
+        warnings.simplefilter("ignore", GdslWarning)   # the launcher printed the compile warnings once
         return run_rank(args)
     except BaseException as e:  # noqa: BLE001 - every failure must stop all ranks
         from gdsl.diagnostics import CompileError
