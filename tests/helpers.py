@@ -96,3 +96,14 @@ def check_double_module(backend: str) -> None:
     with pytest.raises(GdslError, match=r"must be float64 .*got torch.float32; use x.to\(torch.float64\)"):
         m(g.features)
     assert m.float()(g.features).dtype == torch.float32   # and back
+
+
+def gdsl_here(*args):
+    """`gdsl ARGS` run in this process (a CompletedProcess), for a command
+    refused before any rank starts: a subprocess would pay for importing
+    torch again."""
+    import subprocess
+
+    from filecheck_runner import run_gdsl
+    code, out, err = run_gdsl([str(a) for a in args])
+    return subprocess.CompletedProcess(args, code, out, err)

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 GCN, SAGE = str(ROOT / "programs" / "gcn.gd"), str(ROOT / "programs" / "sage.gd")
 sys.path.insert(0, str(Path(__file__).parent))
 
+from helpers import gdsl_here  # noqa: E402
 from test_dist import MPIEXEC, run_driver  # noqa: E402
 
 if MPIEXEC is None:  # pragma: no cover
@@ -33,6 +34,21 @@ def gdsl(*args, timeout=300, env=None):
         e.pop(k, None)
     return subprocess.run([sys.executable, "-m", "gdsl.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=e)
+
+
+def single(program, data=None, epochs=None) -> list[float]:
+    """The single-process loss curve `gdsl run program --backend reference`
+    prints (seed 0), computed in this process: a subprocess would pay for
+    importing torch again."""
+    import warnings
+
+    import gdsl
+    from gdsl.runtime.trainer import train
+    prog = gdsl.compile(str(program))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = train(prog, gdsl.load_graph(data), epochs=epochs or prog.train.epochs, seed=0, backend="reference")
+    return [e.loss for e in res.epochs]
 
 
 def test_run_np_trains_and_reports_comm(tmp_path):
@@ -61,17 +77,17 @@ def test_partition_files_then_run(tmp_path):
 
 def test_partition_for_other_P_or_program_is_refused(tmp_path):
     d = tmp_path / "parts"
-    assert gdsl("partition", GCN, "--np", "2", "--partition", "rows", "--out", str(d)).returncode == 0
-    r = gdsl("run", GCN, "--np", "4", "--parts", str(d), "--epochs", "1")
+    assert gdsl_here("partition", GCN, "--np", "2", "--partition", "rows", "--out", str(d)).returncode == 0
+    r = gdsl_here("run", GCN, "--np", "4", "--parts", str(d), "--epochs", "1")
     assert r.returncode == 1 and "partitioned for 2 ranks, but --np is 4" in r.stderr
-    r = gdsl("run", SAGE, "--np", "2", "--parts", str(d), "--epochs", "1")
+    r = gdsl_here("run", SAGE, "--np", "2", "--parts", str(d), "--epochs", "1")
     assert r.returncode == 1 and "another program" in r.stderr
     (d / "part-1.npz").unlink()
-    r = gdsl("run", GCN, "--np", "2", "--parts", str(d), "--epochs", "1")
+    r = gdsl_here("run", GCN, "--np", "2", "--parts", str(d), "--epochs", "1")
     assert r.returncode == 1 and "part-1.npz: missing partition file for rank 1" in r.stderr
     assert "Traceback" not in r.stderr
     (d / "part-1.npz").write_bytes(b"not a zip")
-    r = gdsl("run", GCN, "--np", "2", "--parts", str(d), "--epochs", "1")
+    r = gdsl_here("run", GCN, "--np", "2", "--parts", str(d), "--epochs", "1")
     assert r.returncode == 1 and "part-1.npz" in r.stderr and "Traceback" not in r.stderr
 
 
@@ -149,18 +165,18 @@ def test_cd_r_checkpoint_carries_the_pipeline(tmp_path):
 
 
 def test_resume_from_a_missing_checkpoint_is_a_clear_error(tmp_path):
-    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--resume", str(tmp_path / "none"))
+    r = gdsl_here("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--resume", str(tmp_path / "none"))
     assert r.returncode == 1 and "no checkpoint here" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_plan_flags_need_np():
-    r = gdsl("run", GCN, "--partition", "rows", "--epochs", "1")
+    r = gdsl_here("run", GCN, "--partition", "rows", "--epochs", "1")
     assert r.returncode == 2 and "--partition needs --np" in r.stderr
 
 
 def test_plan_the_program_cannot_run_is_refused():
     gat = str(ROOT / "programs" / "gat.gd")
-    r = gdsl("run", gat, "--np", "2", "--partition", "vertex_cut", "--epochs", "1")
+    r = gdsl_here("run", gat, "--np", "2", "--partition", "vertex_cut", "--epochs", "1")
     assert r.returncode == 1 and "edge softmax needs all of a vertex's incoming edges" in r.stderr
 
 
@@ -262,18 +278,16 @@ def test_chosen_backward_orders_run_exactly_on_ranks(tmp_path):
     """Backward orders other than autograd's (gdsl/backends/reference/linear.py)
     over real ranks: A^T through each plan's own collectives (the 1D halo
     reduce, the split-vertex tree, RDM's redistribution) gives the
-    single-process loss curve."""
+    single-process loss curve. (The plans run in one MPI job: `gdsl run
+    --np` itself is tested above.)"""
     prog = tmp_path / "gcn_bwd.gd"
     prog.write_text(Path(GCN).read_text() + BACKWARD_HINTS)
-    r = gdsl("run", str(prog), "--epochs", "4", "--backend", "reference", "--json", str(tmp_path / "one.json"))
-    assert r.returncode == 0, r.stderr
-    want = [e["loss"] for e in json.loads((tmp_path / "one.json").read_text())["epochs"]]
-    for plan in ("rows(hash)", "vertex_cut", "redistribute"):
-        out = tmp_path / f"{plan[:4]}.json"
-        r = gdsl("run", str(prog), "--np", "2", "--partition", plan, "--epochs", "4", "--json", str(out))
-        assert r.returncode == 0, (plan, r.stderr)
-        got = [e["loss"] for e in json.loads(out.read_text())["epochs"]]
-        assert got == pytest.approx(want, rel=1e-4), plan
+    want = single(prog, epochs=4)
+    plans = ("rows(hash)", "vertex_cut", "redistribute")
+    for plan, res in zip(plans, run_driver(2, [{"program": str(prog), "data": "cora", "plan": p, "epochs": 4}
+                                               for p in plans])):
+        assert "error" not in res, (plan, res["error"])
+        assert res["losses"] == pytest.approx(want, rel=1e-4), plan
     r = gdsl("run", str(prog), "--np", "4", "--partition", "rows_replicated(2)", "--epochs", "1")
     assert r.returncode != 0 and "not implemented for rows_replicated (1.5D) plans" in r.stderr
     assert "Traceback" not in r.stderr
@@ -281,22 +295,25 @@ def test_chosen_backward_orders_run_exactly_on_ranks(tmp_path):
 
 def test_backend_kernels_on_ranks(tmp_path):
     """--backend numba on ranks: the local aggregations and the fused GAT chain
-    run on the Numba kernels over each rank's local graph; same loss curve."""
+    run on the Numba kernels over each rank's local graph; same loss curve.
+    gat.gd through `gdsl run --np`, gcn.gd's plans in one MPI job."""
     pytest.importorskip("numba")
-    for prog, plans in ((GCN, ("rows(hash)", "vertex_cut")), (str(ROOT / "programs" / "gat.gd"), ("rows(hash)",))):
-        one = tmp_path / "one.json"
-        r = gdsl("run", prog, "--epochs", "3", "--backend", "reference", "--json", str(one))
-        assert r.returncode == 0, r.stderr
-        want = [e["loss"] for e in json.loads(one.read_text())["epochs"]]
-        for plan in plans:
-            out = tmp_path / "np.json"
-            r = gdsl("run", prog, "--np", "2", "--partition", plan, "--backend", "numba", "--epochs", "3",
-                     "--json", str(out))
-            assert r.returncode == 0, (prog, plan, r.stderr)
-            res = json.loads(out.read_text())
-            assert res["backend"] == "numba" and res["kernels"], res["kernels"]
-            assert "numba kernels:" in r.stdout
-            assert [e["loss"] for e in res["epochs"]] == pytest.approx(want, rel=1e-4), (prog, plan)
+    gat = str(ROOT / "programs" / "gat.gd")
+    out = tmp_path / "np.json"
+    r = gdsl("run", gat, "--np", "2", "--partition", "rows(hash)", "--backend", "numba", "--epochs", "3",
+             "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert res["backend"] == "numba" and res["kernels"], res["kernels"]
+    assert "numba kernels:" in r.stdout
+    assert [e["loss"] for e in res["epochs"]] == pytest.approx(single(gat, epochs=3), rel=1e-4)
+    want = single(GCN, epochs=3)
+    plans = ("rows(hash)", "vertex_cut")
+    for plan, res in zip(plans, run_driver(2, [{"program": GCN, "data": "cora", "plan": p, "epochs": 3,
+                                                "backend": "numba"} for p in plans])):
+        assert "error" not in res, (plan, res["error"])
+        assert res["kernels"] and set(res["kernels"].values()) == {"numba"}, res["kernels"]
+        assert res["losses"] == pytest.approx(want, rel=1e-4), plan
 
 
 def _small_npz(path: Path) -> Path:
@@ -316,10 +333,7 @@ def test_triton_kernels_on_ranks_under_the_interpreter(tmp_path):
     pytest.importorskip("triton")
     data = str(_small_npz(tmp_path / "g.npz"))
     env = {"TRITON_INTERPRET": "1"}
-    one = tmp_path / "one.json"
-    r = gdsl("run", GCN, "--data", data, "--epochs", "2", "--backend", "reference", "--json", str(one))
-    assert r.returncode == 0, r.stderr
-    want = [e["loss"] for e in json.loads(one.read_text())["epochs"]]
+    want = single(GCN, data, epochs=2)
     out = tmp_path / "np.json"
     r = gdsl("run", GCN, "--data", data, "--np", "2", "--partition", "rows(hash)", "--backend", "triton",
              "--epochs", "2", "--json", str(out), env=env)
@@ -372,9 +386,7 @@ def test_max_and_min_over_outgoing_edges_on_1d_ranks(tmp_path):
     partial minima go to their owners (all-to-all-v), gradient back."""
     prog = tmp_path / "maxmin.gd"
     prog.write_text(MAXMIN_SRC)
-    r = gdsl("run", str(prog), "--backend", "reference", "--json", str(tmp_path / "one.json"))
-    assert r.returncode == 0, r.stderr
-    want = [e["loss"] for e in json.loads((tmp_path / "one.json").read_text())["epochs"]]
+    want = single(prog)
     r = gdsl("run", str(prog), "--np", "2", "--partition", "rows(hash)", "--json", str(tmp_path / "np.json"))
     assert r.returncode == 0, r.stderr
     got = [e["loss"] for e in json.loads((tmp_path / "np.json").read_text())["epochs"]]
@@ -487,15 +499,14 @@ def test_ranks_that_own_no_rows_train_as_one_process(tmp_path):
 
 def test_more_ranks_than_vertices_from_the_command_line(tmp_path):
     n1 = _tiny_npz(tmp_path / "n1.npz", 1, [(0, 0)])
-    one, many = tmp_path / "one.json", tmp_path / "np.json"
-    r = gdsl("run", GCN, "--data", n1, "--epochs", "2", "--backend", "reference", "--json", str(one))
-    assert r.returncode == 0, r.stderr
+    many = tmp_path / "np.json"
+    want = single(GCN, n1, epochs=2)
     r = gdsl("run", GCN, "--data", n1, "--np", "3", "--partition", "rows", "--epochs", "2", "--json", str(many))
     assert r.returncode == 0, r.stderr
     assert "Traceback" not in r.stderr and "error" not in r.stderr
     assert "gdsl run: warning: 3 ranks for 1 vertices: a plan that splits the vertices leaves at least 2 ranks " \
            "with none" in r.stderr
-    want, got = ([e["loss"] for e in json.loads(f.read_text())["epochs"]] for f in (one, many))
+    got = [e["loss"] for e in json.loads(many.read_text())["epochs"]]
     assert got == pytest.approx(want, rel=1e-5) and want[0] > 0
 
 
@@ -520,20 +531,17 @@ train t {{ model = M; loss = cross_entropy(Y, mask = train); epochs = 3 }}
 def test_features_plan_first_layer_with_any_aggregation(tmp_path, msg, gather):
     """P3's first layer aggregates the whole graph on every rank (its feature
     columns): max/min and `to = src` crashed there (the rank-local gather and
-    the backend's rank-local kernels were used on the whole graph)."""
+    the backend's rank-local kernels were used on the whole graph). Both
+    backends in one MPI job."""
     prog = tmp_path / "p.gd"
     prog.write_text(P3_FIRST.format(msg=msg, gather=gather))
     data = str(_small_npz(tmp_path / "g.npz"))
-    one = tmp_path / "one.json"
-    r = gdsl("run", str(prog), "--data", data, "--backend", "reference", "--json", str(one))
-    assert r.returncode == 0, r.stderr
-    want = [e["loss"] for e in json.loads(one.read_text())["epochs"]]
-    for backend in ("reference", "numba"):
-        out = tmp_path / f"{backend}.json"
-        r = gdsl("run", str(prog), "--data", data, "--np", "2", "--partition", "features", "--backend", backend,
-                 "--json", str(out))
-        assert r.returncode == 0, (backend, r.stderr)
-        assert [e["loss"] for e in json.loads(out.read_text())["epochs"]] == pytest.approx(want, rel=1e-4), backend
+    want = single(prog, data)
+    backends = ("reference", "numba")
+    cfgs = [{"program": str(prog), "data": data, "plan": "features", "epochs": 3, "backend": b} for b in backends]
+    for backend, res in zip(backends, run_driver(2, cfgs)):
+        assert "error" not in res, (backend, res["error"])
+        assert res["losses"] == pytest.approx(want, rel=1e-4), backend
 
 
 def test_features_plan_takes_a_scaled_sum_of_products(tmp_path):
@@ -545,12 +553,11 @@ def test_features_plan_takes_a_scaled_sum_of_products(tmp_path):
     assert "a @ W * 3 + a @ V" in text
     prog.write_text(text)
     data = str(_small_npz(tmp_path / "g.npz"))
-    one, two = tmp_path / "one.json", tmp_path / "two.json"
-    r = gdsl("run", str(prog), "--data", data, "--backend", "reference", "--json", str(one))
-    assert r.returncode == 0, r.stderr
+    two = tmp_path / "two.json"
+    want = single(prog, data)
     r = gdsl("run", str(prog), "--data", data, "--np", "2", "--partition", "features", "--json", str(two))
     assert r.returncode == 0, r.stderr
-    want, got = ([e["loss"] for e in json.loads(f.read_text())["epochs"]] for f in (one, two))
+    got = [e["loss"] for e in json.loads(two.read_text())["epochs"]]
     assert got == pytest.approx(want, rel=1e-4)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gdsl.dist.errors import format_reports
+from helpers import gdsl_here
 
 ROOT = Path(__file__).resolve().parent.parent
 GCN, GAT = str(ROOT / "programs" / "gcn.gd"), str(ROOT / "programs" / "gat.gd")
@@ -71,7 +72,7 @@ def test_reports_are_grouped_by_message():
 def test_resume_from_an_empty_directory_is_one_error_before_launch(tmp_path):
     """Was `rank 1: ...missing)gdsl: error: rank 0: ...`: once per rank, glued."""
     (tmp_path / "emptyck").mkdir()
-    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "3", "--resume", str(tmp_path / "emptyck"))
+    r = gdsl_here("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "3", "--resume", str(tmp_path / "emptyck"))
     assert r.returncode == 1
     assert errors(r) == [f"gdsl: error: {tmp_path / 'emptyck'}: no checkpoint here (checkpoint.json missing)"]
     assert "partitioned in" not in r.stderr   # refused before partitioning and starting the ranks
@@ -102,37 +103,37 @@ def test_a_plan_every_rank_refuses_is_reported_once():
 def test_checkpoint_path_that_is_a_file_is_refused_before_training(tmp_path):
     f = tmp_path / "ckfile"
     f.write_text("mine\n")
-    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--checkpoint", str(f))
+    r = gdsl_here("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--checkpoint", str(f))
     assert r.returncode == 1
     assert errors(r) == [f"gdsl: error: --checkpoint {f}: exists and is not a directory (a checkpoint is a directory)"]
     assert "partitioned in" not in r.stderr and f.read_text() == "mine\n"
-    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--checkpoint", str(f / "sub"))
+    r = gdsl_here("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--checkpoint", str(f / "sub"))
     assert r.returncode == 1 and errors(r) == [f"gdsl: error: --checkpoint {f / 'sub'}: {f} is not a directory"]
 
 
 def test_a_delay_beyond_the_epochs_is_refused_before_partitioning(tmp_path):
     """Was accepted: --delay 1000000 built a million bins per aggregation
     (minutes, gigabytes) for a pipeline that never delivers."""
-    r = gdsl("run", GCN, "--np", "2", "--partition", "vertex_cut", "--delay", "1000000", "--epochs", "3")
+    r = gdsl_here("run", GCN, "--np", "2", "--partition", "vertex_cut", "--delay", "1000000", "--epochs", "3")
     assert r.returncode == 1
     (line,) = errors(r)
     assert line.startswith("gdsl: error: delay = 1000000 (--delay or the schedule's delay): cd-r delivers")
     assert "give r <= 3" in line and "partitioned" not in r.stderr
     # a partition written with that delay is refused the same way
     parts = tmp_path / "parts"
-    r = gdsl("partition", GCN, "--np", "2", "--partition", "vertex_cut", "--delay", "50", "--out", str(parts))
+    r = gdsl_here("partition", GCN, "--np", "2", "--partition", "vertex_cut", "--delay", "50", "--out", str(parts))
     assert r.returncode == 0, r.stderr
-    r = gdsl("run", GCN, "--np", "2", "--parts", str(parts), "--epochs", "3")
+    r = gdsl_here("run", GCN, "--np", "2", "--parts", str(parts), "--epochs", "3")
     assert r.returncode == 1 and "delay = 50" in errors(r)[0]
 
 
 def test_json_destination_is_checked_before_training(tmp_path):
-    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--json", str(tmp_path))
+    r = gdsl_here("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--json", str(tmp_path))
     assert r.returncode == 1
     assert errors(r) == [f"gdsl: error: --json {tmp_path}: is a directory (give a file name)"]
     assert "partitioned in" not in r.stderr
     out = tmp_path / "no" / "such" / "o.json"
-    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--json", str(out))
+    r = gdsl_here("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--json", str(out))
     assert r.returncode == 1 and errors(r) == [f"gdsl: error: --json {out}: no such directory: {out.parent}"]
 
 
@@ -140,7 +141,7 @@ def test_json_destination_is_checked_before_training(tmp_path):
 def test_json_in_a_directory_nothing_can_be_written_to_is_refused_before_training():
     """As root os.access passes for /proc (and read-only mounts); a probe write
     now decides. Was: trained, then lost the run at the end (an internal error under --np)."""
-    r = gdsl("run", GCN, "--epochs", "2", "--json", "/proc/gdsl-x.json")
+    r = gdsl_here("run", GCN, "--epochs", "2", "--json", "/proc/gdsl-x.json")
     assert r.returncode == 1 and "epoch 1" not in r.stderr
     assert errors(r)[0].startswith("gdsl: error: --json /proc/gdsl-x.json: cannot write in /proc ("), r.stderr
 
@@ -176,7 +177,7 @@ def test_checkpoint_json_records_what_wrote_it(checkpoint):
 def test_garbage_checkpoint_json_is_not_a_checkpoint(checkpoint, tmp_path, garbage):
     d = _copy(checkpoint, tmp_path)
     (d / "checkpoint.json").write_text(garbage)
-    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--resume", str(d))
+    r = gdsl_here("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--resume", str(d))
     assert r.returncode == 1
     (line,) = errors(r)
     assert line.startswith(f"gdsl: error: {d / 'checkpoint.json'}: not a gdsl checkpoint (")
@@ -187,7 +188,7 @@ def test_garbage_checkpoint_json_is_not_a_checkpoint(checkpoint, tmp_path, garba
 def test_a_corrupt_rank_file_is_named_without_suggesting_unsafe_loading(checkpoint, tmp_path):
     d = _copy(checkpoint, tmp_path)
     (d / "rank-1.pt").write_bytes(b"garbage, not a torch file\n")
-    r = gdsl("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--resume", str(d))
+    r = gdsl_here("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--resume", str(d))
     assert r.returncode == 1
     assert errors(r) == [(f"gdsl: error: rank 1: {d / 'rank-1.pt'}: corrupt, or not a gdsl checkpoint file "
                           "(torch.load: UnpicklingError)")]
@@ -212,7 +213,7 @@ def test_resuming_another_programs_checkpoint_names_the_difference(checkpoint, c
             args[k] = v
         else:
             extra += [k, v]
-    r = gdsl("run", args["--program"], "--np", args["--np"], "--partition", args["--partition"], "--epochs", "2",
+    r = gdsl_here("run", args["--program"], "--np", args["--np"], "--partition", args["--partition"], "--epochs", "2",
              "--resume", str(checkpoint), *extra)
     assert r.returncode == 1
     (line,) = errors(r)
@@ -369,9 +370,9 @@ def test_ranks_of_a_killed_launcher_stop_themselves(tmp_path):
 ])
 def test_parts_written_for_another_graph_or_plan_are_refused(tmp_path, extra, message):
     d = tmp_path / "pc"
-    r = gdsl("partition", GCN, "--np", "2", "--partition", "rows(hash)", "--out", str(d))
+    r = gdsl_here("partition", GCN, "--np", "2", "--partition", "rows(hash)", "--out", str(d))
     assert r.returncode == 0, r.stderr
-    r = gdsl("run", GCN, "--np", "2", "--parts", str(d), "--epochs", "1", *extra)
+    r = gdsl_here("run", GCN, "--np", "2", "--parts", str(d), "--epochs", "1", *extra)
     assert r.returncode == 1 and message in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     if extra[0] != "--data":   # under a foreign launcher too (was: not checked there at all)
@@ -409,14 +410,14 @@ def test_partition_out_keeps_files_it_did_not_write(tmp_path):
     d.mkdir()
     (d / "part-old.npz").write_text("mine")     # was: an internal error on int('old')
     (d / "part-7.npz").write_text("mine too")   # was: deleted as a stale rank file
-    r = gdsl("partition", GCN, "--np", "2", "--partition", "rows(hash)", "--out", str(d))
+    r = gdsl_here("partition", GCN, "--np", "2", "--partition", "rows(hash)", "--out", str(d))
     assert r.returncode == 0, r.stderr
     assert (d / "part-old.npz").read_text() == "mine" and (d / "part-7.npz").read_text() == "mine too"
 
 
 @pytest.mark.parametrize("m", mpi)
 def test_an_unwritable_checkpoint_is_refused_before_training(tmp_path, m):
-    r = gdsl("run", GCN, "--np", "2", "--checkpoint", "/proc/gdsl-ck", "--epochs", "1")
+    r = gdsl_here("run", GCN, "--np", "2", "--checkpoint", "/proc/gdsl-ck", "--epochs", "1")
     assert r.returncode == 1 and "--checkpoint /proc/gdsl-ck: cannot write there" in r.stderr, r.stderr
     assert "epoch 1" not in r.stdout + r.stderr    # found out before the ranks train
 
@@ -424,7 +425,7 @@ def test_an_unwritable_checkpoint_is_refused_before_training(tmp_path, m):
 def test_a_profile_with_a_huge_integer_is_not_valid(tmp_path):
     prof = {"alpha": 10 ** 400, "beta": 1e-9, "gamma_spmm": 1e-9, "gamma_gemm": 1e-10}
     (tmp_path / "p.json").write_text(json.dumps(prof))
-    r = gdsl("plan", GCN, "--data", "cora", "--np", "4", "--profile", str(tmp_path / "p.json"))
+    r = gdsl_here("plan", GCN, "--data", "cora", "--np", "4", "--profile", str(tmp_path / "p.json"))
     assert r.returncode == 1 and "alpha must be positive and finite, got an integer of 401 digits" in r.stderr, r.stderr
 
 
