@@ -322,3 +322,37 @@ def test_pruning_a_layer_weight_trains(backend):
     torch.testing.assert_close(m.GCNConv_1.W, m.GCNConv_1.W_orig.detach() * mask)
     prune.remove(m.GCNConv_1, "W")   # W a plain parameter again: the same output
     torch.testing.assert_close(m(), out)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_reset_parameters_draws_what_a_fresh_module_has(backend):
+    """`reset_parameters()` as torch.nn modules have it (PyG's models too):
+    after `torch.manual_seed(s)` the values a module built after the same
+    seed starts with, and the same dropout masks in training."""
+    g = random_graph(n=20, e=60, f=5, c=3)
+    prog = gdsl.compile(GCN, hidden=4)
+    torch.manual_seed(7)
+    fresh = prog.module(g, backend=backend)
+    torch.manual_seed(0)
+    used = prog.module(g, backend=backend)
+    opt = torch.optim.Adam(used.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        used.loss(used()).backward()
+        opt.step()
+    torch.manual_seed(7)
+    used.reset_parameters()
+    for (n, a), (m, b) in zip(fresh.named_parameters(), used.named_parameters()):
+        assert n == m
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    torch.manual_seed(1)
+    want = fresh()
+    torch.manual_seed(1)
+    torch.testing.assert_close(used(), want, rtol=0, atol=0)   # train mode: the masks of step 1
+
+
+def test_print_shows_each_layers_param_shapes():
+    m, _ = bound("reference")
+    text = repr(m)
+    assert "(GCNConv_1): LayerParams(W: [5, 4], b: [4])" in text, text
+    assert "(GCNConv_2): LayerParams(W: [4, 3], b: [3])" in text, text

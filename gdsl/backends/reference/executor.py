@@ -137,6 +137,9 @@ class LayerParams(nn.Module):
     def forward(self, *args, **kwargs):
         raise GdslError("a layer's params are not a module to call: the model runs the whole program (call the model)")
 
+    def extra_repr(self) -> str:   # print(model): `(GCNConv_1): LayerParams(W: [1433, 16], b: [16])`
+        return ", ".join(f"{n}: {list(p.shape)}" for n, p in self.named_parameters(recurse=False))
+
 
 def _apply_to(fn, t: torch.Tensor) -> torch.Tensor:
     """nn.Module._apply's `fn` on a constant; a torch.sparse CSR matrix that
@@ -191,6 +194,7 @@ class ReferenceModule(nn.Module):
         """One nn.Parameter per `param` op, initialised in op order from torch's
         global generator (so every backend and every rank draws the same values)."""
         self._param_names: list[str] = []
+        self._param_inits: list[str] = []
         self.dropout_seed, self.step, self._mask_step = 0, 0, 0
         self._step_of_draw: dict[int, int] = {}   # count_step
         self._op_index = {op: i for i, op in enumerate(module.main.ops)}
@@ -203,6 +207,20 @@ class ReferenceModule(nn.Module):
                 p = nn.Parameter(init_param(shape, op.attrs["init"]))
                 holder.register_parameter(pname, p)
                 self._param_names.append(op.attrs["name"])
+                self._param_inits.append(op.attrs["init"])
+
+    def reset_parameters(self) -> None:
+        """Initialise every param again, in place, as the constructor did:
+        each with its program init, in program order, from torch's global
+        generator (`torch.manual_seed(s); model.reset_parameters()` gives
+        the values a module built after `torch.manual_seed(s)` has). The
+        dropout step counter starts again too (see `count_step`)."""
+        with torch.no_grad():
+            for name, init in zip(self._param_names, self._param_inits):
+                p = self.param(name)
+                p.copy_(init_param(tuple(p.shape), init))
+        self.step, self._mask_step = 0, 0
+        self._step_of_draw.clear()
 
     def param(self, name: str) -> torch.Tensor:
         """The parameter registered now under `name` (e.g. `GCNConv_1.W`),
