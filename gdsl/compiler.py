@@ -74,6 +74,44 @@ def front(source: str, file: str, train: str | None = None) -> tuple[ast.Program
     return prog, checked
 
 
+def _reorders_asked(checked: CheckedProgram, module: Module) -> dict[str, tuple[Span, str]]:
+    """The layer calls (scope -> the hint's span, its text) whose `order`
+    hint asks the order pass to reassociate `A X W` (dense_first, or a
+    backward option) where the lowering found it can hold: a linear
+    aggregation feeding the `@`."""
+    from gdsl.frontend.lower import _needs_linearity
+    from gdsl.passes.linearity import order_feasible
+    calls = {op.attrs["scope"]: module.funcs.get(op.attrs["callee"]) for op in module.main.ops if op.name == "call"}
+    asked: dict[str, tuple[Span, str]] = {}
+    default = checked.schedule.get("order")
+    if default not in (None, "auto") and _needs_linearity(default) == "dense_first":
+        for scope, fn in calls.items():
+            if fn is not None and order_feasible(fn, "dense_first")[0]:
+                asked[scope] = (checked.schedule_spans["order"], f"order = {default} cannot be carried out for "
+                                                                 f"{scope.replace('_', '#')}")
+    for h in checked.order_hints:
+        scope = f"{h.layer}_{h.occurrence}"
+        asked.pop(scope, None)   # a per-call hint overrides the schedule's order
+        if _needs_linearity(h.spec) == "dense_first" and calls.get(scope) is not None:
+            asked[scope] = (h.value.span, f"order {h.layer}#{h.occurrence} = {h.spec} cannot be carried out")
+    return asked
+
+
+def _unapplied_reorders(asked: dict[str, tuple[Span, str]], module: Module) -> list[Diagnostic]:
+    """An error for each reorder asked for that the order pass did not carry
+    out (was: accepted, and the layer silently ran sparse-first). The pass
+    rewrites one form (passes/order.py): the aggregation of one endpoint
+    tensor times a graph constant; a linear message it cannot bring to that
+    form, such as a sum of messages with different edge factors, is refused."""
+    done = {op.attrs.get("scope") for op in module.main.ops if op.attrs.get("order_by") == "hint"}
+    return [Diagnostic(span, f"{what}: the order pass "
+                             "reorders an aggregation whose message is one endpoint tensor times a graph constant "
+                             "(`src.h * rsqrt(src.degree * dst.degree)`), and this one's message does not fold to "
+                             "that form (a sum of messages with different edge factors?); write the message as one "
+                             "product, or leave the order to the compiler")
+            for scope, (span, what) in asked.items() if scope not in done]
+
+
 def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] | None = None,
                    overrides: dict[str, Any] | None = None, train: str | None = None,
                    stop_after: str | None = None,
@@ -110,7 +148,14 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
             if result.hinted and result.choice.best.cost.strategy == "vertex_cut":
                 # the hinted cd-r plan: its delay reaches the order pass as it does on each rank
                 ctx.options["delay"] = hint_delay
+    asked = _reorders_asked(checked, module)
     pm = PassManager(after_each=after_each)
     pm.passes = [p for p in pm.passes if p.name not in disable]
     module = pm.run(module, ctx, stop_after=stop_after)
+    ran = [p.name for p in pm.passes]
+    # (the order pass rewrites fused IR only: not checked when a test disables fuse)
+    if "order" in ran and "fuse" in ran and (stop_after is None or stop_after in ran
+                                                 and ran.index(stop_after) >= ran.index("order")):
+        if errors := _unapplied_reorders(asked, module):
+            raise CompileError(errors, source)
     return Compiled(source, file, prog, checked, module, warnings)

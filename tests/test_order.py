@@ -90,3 +90,49 @@ def test_global_hint_applies_to_every_call():
     g = random_graph(n=20, e=60, f=5, c=3)
     ir = gdsl.compile(_with(GCN, "    order = sparse_first")).bind(g).module
     assert [op.attrs.get("order_by") for op in ir.main.ops if op.name == "aggregate"] == ["hint", "hint"]
+
+
+SUM_OF_MESSAGES = """graph G (self_loops)
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train
+
+layer L[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    scatter m = MSG
+    gather a = sum(m)
+    transform t = a @ W
+    return t
+}
+
+model M { return L[C](relu(L[16](X))) }
+
+train t { model = M; loss = cross_entropy(Y, mask = train) }
+"""
+
+
+@pytest.mark.parametrize("schedule,where,what", [
+    ("    order L#1 = dense_first\n", "18:17", "order L#1 = dense_first cannot be carried out: the order pass"),
+    ("    order L#2 = sparse_first(backward = sparse_first)\n", "18:17",
+     "order L#2 = sparse_first(backward = sparse_first) cannot be carried out: the order pass"),
+    ("    order = dense_first\n", "18:13", "order = dense_first cannot be carried out for L#1: the order pass"),
+])
+def test_a_reorder_the_order_pass_cannot_do_is_an_error(tmp_path, schedule, where, what):
+    """A sum of messages with different edge factors is linear, so the hint
+    can hold, but the order pass rewrites only one endpoint tensor times a
+    graph constant. Was: accepted, and the layer ran sparse-first silently."""
+    text = SUM_OF_MESSAGES.replace("MSG", "src.h / max(dst.degree, 1) + src.h * 0.5")
+    f = tmp_path / "p.gd"
+    f.write_text(text + "schedule {\n" + schedule + "}\n")
+    code, _, err = run_gdsl(["compile", str(f)])
+    assert code == 1 and f"{f}:{where}: error: {what}" in err, err
+    assert "write the message as one product" in err
+    # the same message as one product: carried out
+    f.write_text(SUM_OF_MESSAGES.replace("MSG", "src.h * (1 / max(dst.degree, 1) + 0.5)")
+                 + "schedule {\n" + schedule + "}\n")
+    code, out, err = run_gdsl(["compile", str(f), "--data", "cora"])
+    assert code == 0, err
+    assert "order_by=hint" in out
+    # a sparse-first hint with autograd's backward is what runs anyway: accepted
+    f.write_text(text + "schedule {\n    order L#1 = sparse_first\n}\n")
+    assert run_gdsl(["compile", str(f)])[0] == 0
