@@ -523,8 +523,10 @@ def test_from_pyg_stand_in():
     data.x, data.y = torch.rand(6, 3), torch.zeros(6, dtype=torch.int64)
     data.train_mask = torch.zeros(6, dtype=torch.bool)
     data.edge_weight = torch.ones(3)
+    data.edge_attr = torch.rand(3, 2, dtype=torch.float64)
     g = Graph.from_pyg(data)
     assert g.num_nodes == 6 and g.edata["weight"].shape == (3,)
+    assert g.edata["attr"].dtype == torch.float32 and torch.allclose(g.edata["attr"], data.edge_attr.float())
     data.edge_index = torch.tensor([[0, 6], [1, 0]])
     with pytest.raises(GdslError, match="out of range"):
         Graph.from_pyg(data)

@@ -111,6 +111,8 @@ class Graph:
         edata = {}
         if getattr(data, "edge_weight", None) is not None:
             edata["weight"] = data.edge_weight  # as a file's `edge_weight` array: `input weight : edge f32`
+        if getattr(data, "edge_attr", None) is not None:
+            edata["attr"] = data.edge_attr      # [E] or [E, k]: `input attr : edge f32` or `edge f32[k]` (was: dropped)
         return cls.from_edges(ei[0], ei[1], getattr(data, "num_nodes", None), features=getattr(data, "x", None),
                               labels=getattr(data, "y", None), masks=masks, edata=edata, name="pyg")
 
