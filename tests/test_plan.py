@@ -166,7 +166,9 @@ def test_auto_never_chooses_a_feature_split_the_ranks_refuse():
 
     refused = {"computed_factor.gd": "its factor %1 is computed from the graph",
                "mse_autoencoder.gd": "reads the feature input X (or a value computed from it before layer 1's "
-                                     "product with a weight) after the sync"}
+                                     "product with a weight) after the sync",
+               "learned_factor.gd": "a product with a learned factor (%1, a param or computed from one) before "
+                                    "layer 1's '@' cannot take a column slice"}
     for name, msg in refused.items():
         module = optimised(name)
         with pytest.raises(GdslError, match=re.escape(msg)):

@@ -162,7 +162,10 @@ def feature_region(module: Module, name=None) -> tuple[dict[Value, str], set[str
                 op.operands[1 if ins[0] else 0].type.domain in (None, "scalar", "param", "edge", "vertex") and
                 (n == "mul" or ins[0])):
             other = op.operands[1 if ins[0] else 0]
-            if other.type.domain == "param" or (other.type.shape and other.type.domain != "edge"):
+            if other.type.domain == "param":   # (its gradient would be one partial sum per rank's columns)
+                raise GdslError(f"{where}: a product with a learned factor ({name(other)}, a param or computed from one) "
+                                "before layer 1's '@' cannot take a column slice; use rows")
+            if other.type.shape and other.type.domain != "edge":
                 raise GdslError(f"{where}: a product with a per-feature factor cannot take a column slice")
             if other.type.domain in ("vertex", "edge") and other.owner is not None and \
                     other.owner.name not in ("vertex_const", "edge_const", "degree", "input"):
