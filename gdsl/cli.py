@@ -481,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
 
     stopping = stop_on_signals() if args.cmd == "run" and not under_launcher() else contextlib.nullcontext()
     with stopping, warnings.catch_warnings():
+        from gdsl.diagnostics import GdslWarning
+        warnings.simplefilter("default", GdslWarning)   # printed, never raised (PYTHONWARNINGS=error)
         warnings.showwarning = _show_warning
         return _dispatch(args, args.command_parser, debug)
 
