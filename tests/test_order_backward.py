@@ -217,6 +217,8 @@ def _scaled(reduce: str, factor: str, order: str | None) -> str:
     return src
 
 
+# SCALED declares every factor's params; each case uses some (the others: gdsl.GdslWarning, expected)
+@pytest.mark.filterwarnings("ignore::gdsl.GdslWarning")
 @pytest.mark.parametrize("reduce", ["sum", "mean"])
 @pytest.mark.parametrize("factor", FACTORS)
 def test_a_factor_on_the_matmul_result_keeps_every_order_exact(graph, reduce, factor):
@@ -233,6 +235,7 @@ def test_a_factor_on_the_matmul_result_keeps_every_order_exact(graph, reduce, fa
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=lambda m: f"{order}, grad {n}: {m}")
 
 
+@pytest.mark.filterwarnings("ignore::gdsl.GdslWarning")
 @pytest.mark.parametrize("backend", ["numba", "triton"])
 def test_backends_run_a_scaled_dense_first_backward(graph, backend):
     _need(backend)
