@@ -66,7 +66,7 @@ def test_run_np_trains_and_reports_comm(tmp_path):
 
 def test_partition_files_then_run(tmp_path):
     d = tmp_path / "parts"
-    r = gdsl("partition", GCN, "--np", "2", "--partition", "vertex_cut", "--out", str(d))
+    r = gdsl_here("partition", GCN, "--np", "2", "--partition", "vertex_cut", "--out", str(d))
     assert r.returncode == 0, r.stderr
     assert sorted(p.name for p in d.glob("part-*.npz")) == ["part-0.npz", "part-1.npz"]
     assert "replication_factor" in r.stdout
@@ -572,7 +572,7 @@ def test_a_grid_hint_leaves_the_choice_to_the_cost_model(tmp_path):
     r = gdsl("run", str(prog), "--data", data, "--np", "2", "--epochs", "1")
     assert r.returncode == 0, r.stderr
     assert "partition = grid2d (the schedule's hint) is modelled, not executed: the cost model chooses" in r.stderr
-    r = gdsl("run", GCN, "--data", data, "--np", "2", "--partition", "grid3d")
+    r = gdsl_here("run", GCN, "--data", data, "--np", "2", "--partition", "grid3d")
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "--partition grid3d: grid2d and grid3d are modelled by the cost model (gdsl plan) but not executed" \
            in r.stderr
