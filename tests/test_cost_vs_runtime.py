@@ -1,6 +1,7 @@
 """Predicted words per collective (gdsl.cost) against the bytes the MPI
 runtime moved (gdsl.dist's accounting), divided by 4: they must be equal,
 exactly. Runs real ranks (mpiexec -n 2 and -n 4)."""
+import functools
 import sys
 from pathlib import Path
 
@@ -44,6 +45,24 @@ def _program_orders(delay=0):
     return graph, dims, OrderConfig(fwd, bwd, memoize=False), fetched, [name(op.result) for op in aggs]
 
 
+def _measured_configs(P: int) -> list[dict]:
+    base = {"program": GCN, "data": "cora"}
+    out = [{**base, "plan": "rows(block)", "halo": "bcast", "epochs": 2, "traffic": True}]
+    if P == 4:
+        out.append({**base, "plan": "rows(hash)", "epochs": 2, "traffic": True})
+    else:
+        out += [{**base, "plan": "vertex_cut", "delay": d, "epochs": 6, "traffic": "all"} for d in (0, 2)]
+    return out
+
+
+@functools.cache
+def _measured(P: int) -> dict:
+    """Every configuration this file measures at P ranks, in one MPI job
+    (tests/dist_driver.py): (plan, delay) -> the driver's result."""
+    from test_dist import run_driver
+    return {(r["config"]["plan"], r["config"].get("delay", 0)): r for r in run_driver(P, _measured_configs(P))}
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("P", [2, 4])
 def test_predicted_words_equal_measured_bytes_over_4(P):
@@ -54,12 +73,11 @@ def test_predicted_words_equal_measured_bytes_over_4(P):
     layer, which the model leaves out: added here by hand). Cora's N = 2708
     splits into equal blocks for P = 2 and 4."""
     pytest.importorskip("mpi4py")
-    from test_dist import MPIEXEC, run_driver
+    from test_dist import MPIEXEC
     if MPIEXEC is None:
         pytest.skip("no mpiexec")
     graph, dims, orders, fetched, _ = _program_orders()
-    [res] = run_driver(P, [{"program": GCN, "data": "cora", "plan": "rows(block)", "halo": "bcast",
-                            "epochs": 2, "traffic": True}])
+    res = _measured(P)[("rows(block)", 0)]
     measured = res["comm"]
     widths = (dims["F"], 16, dims["C"])
     cost = rows(Problem(N=graph.num_nodes, E=graph.num_edges, P=P, widths=widths), orders=orders)
@@ -85,7 +103,7 @@ def test_halo_exchange_moves_exactly_the_halo_rows():
     SpMM, (its halo rows) x (the SpMM's width) words forward, and sends as
     many back in the backward: counted by hand from the partition."""
     pytest.importorskip("mpi4py")
-    from test_dist import MPIEXEC, run_driver
+    from test_dist import MPIEXEC
     if MPIEXEC is None:
         pytest.skip("no mpiexec")
     import gdsl
@@ -94,7 +112,7 @@ def test_halo_exchange_moves_exactly_the_halo_rows():
     P = 4
     g = graph.with_options(self_loops=True, symmetric=True)
     parts = build_parts(parse_spec("rows(hash)"), g, P)
-    [res] = run_driver(P, [{"program": GCN, "data": "cora", "plan": "rows(hash)", "epochs": 2, "traffic": True}])
+    res = _measured(P)[("rows(hash)", 0)]
     widths = [16, dims["C"]] if orders.fwd == "DD" else None
     assert widths is not None, "gcn.gd on Cora is dense-first in both layers (order pass)"
     for name, f in zip(fetched, widths):
@@ -120,15 +138,15 @@ def test_vertex_cut_words_equal_prediction(delay):
     over r epochs of a full pipeline and summed over the ranks, the bytes
     sent are the model's words x P x 4, rho measured on the ranks' partition."""
     pytest.importorskip("mpi4py")
-    from test_dist import MPIEXEC, run_driver
+    from test_dist import MPIEXEC
     if MPIEXEC is None:
         pytest.skip("no mpiexec")
     from gdsl.cost.strategies import vertex_cut
     graph, dims, _, _, aggregated = _program_orders(delay=delay)
     layer_of = {name: i + 1 for i, name in enumerate(aggregated)}
     P, epochs = 2, 6
-    [res] = run_driver(P, [{"program": GCN, "data": "cora", "plan": "vertex_cut", "delay": delay,
-                            "epochs": epochs, "traffic": "all"}])
+    res = _measured(P)[("vertex_cut", delay)]
+    assert res["config"]["epochs"] == epochs
     assert "error" not in res, res
     g = graph.with_options(self_loops=True, symmetric=True)
     cost = vertex_cut(Problem(N=g.num_nodes, E=g.num_edges, P=P, widths=(dims["F"], 16, dims["C"])),
