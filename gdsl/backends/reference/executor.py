@@ -194,7 +194,6 @@ class ReferenceModule(nn.Module):
         """One nn.Parameter per `param` op, initialised in op order from torch's
         global generator (so every backend and every rank draws the same values)."""
         self._param_names: list[str] = []
-        self._param_inits: list[str] = []
         self.dropout_seed, self.step, self._mask_step = 0, 0, 0
         self._step_of_draw: dict[int, int] = {}   # count_step
         self._op_index = {op: i for i, op in enumerate(module.main.ops)}
@@ -207,7 +206,6 @@ class ReferenceModule(nn.Module):
                 p = nn.Parameter(init_param(shape, op.attrs["init"]))
                 holder.register_parameter(pname, p)
                 self._param_names.append(op.attrs["name"])
-                self._param_inits.append(op.attrs["init"])
 
     def reset_parameters(self) -> None:
         """Initialise every param again, in place, as the constructor did:
@@ -216,9 +214,10 @@ class ReferenceModule(nn.Module):
         the values a module built after `torch.manual_seed(s)` has). The
         dropout step counter starts again too (see `count_step`)."""
         with torch.no_grad():
-            for name, init in zip(self._param_names, self._param_inits):
-                p = self.param(name)
-                p.copy_(init_param(tuple(p.shape), init))
+            for op in self.ir.main.ops:
+                if op.name == "param":
+                    p = self.param(op.attrs["name"])
+                    p.copy_(init_param(tuple(p.shape), op.attrs["init"]))
         self.step, self._mask_step = 0, 0
         self._step_of_draw.clear()
 
