@@ -37,10 +37,7 @@ def unused_params(module: Module) -> list[Diagnostic]:
     however many times (and with whatever static args) the layer is called."""
     out: dict[Span, Diagnostic] = {}
     for fn in module.funcs.values():
-        live = set(fn.results)
-        for op in reversed(fn.ops):
-            if op.result is None or op.result in live or op.attrs.get("keep"):
-                live.update(op.operands)
+        live = fn.live_values()
         for op in fn.ops:
             if op.name == "param" and op.result not in live and op.span not in out:
                 layer = fn.attrs.get("layer", fn.name)

@@ -109,15 +109,21 @@ class Func:
             op.replace_operand(old, new)
         self.results = [new if v is old else v for v in self.results]
 
+    def _live(self, op: Op, live: set[Value]) -> bool:
+        return op.result is None or op.result in live or bool(op.attrs.get("keep"))
+
+    def live_values(self) -> set[Value]:
+        """The values the results depend on (and the operands of kept ops)."""
+        live = set(self.results)
+        for op in reversed(self.ops):
+            if self._live(op, live):
+                live.update(op.operands)
+        return live
+
     def dead_code_elim(self) -> None:
         """Drop ops whose results are never used (all gdsl ops are pure)."""
-        live = set(self.results)
-        kept: list[Op] = []
-        for op in reversed(self.ops):
-            if op.result is None or op.result in live or op.attrs.get("keep"):
-                kept.append(op)
-                live.update(op.operands)
-        self.ops = kept[::-1]
+        live = self.live_values()
+        self.ops = [op for op in self.ops if self._live(op, live)]
 
 
 @dataclass(eq=False)
