@@ -1,16 +1,17 @@
 """The Numba backend's fused kernels against plain-torch references
 (index_add / scatter_reduce), with gradcheck in float64 for every variant.
 
-Numba compile time dominates a cold run (about 1.3 s of one core per
-parallel kernel and dtype, some 50 here): a module fixture compiles them all
-up front in parallel worker processes (gdsl.backends.numba.warm) into the
-disk cache, from which later runs only load.  Every variant is checked in
+Numba compile time dominates a cold run (1-6 s of one core per parallel
+kernel and dtype, some 130 here): a module fixture compiles them all up front
+in parallel worker processes (gdsl.backends.numba.warm, the list in
+kernel_warmup.py, which conftest.py also starts compiling in the background
+when the session starts) into the disk cache, from which later runs only
+load.  Every variant is checked in
 float64 (forward and gradcheck), float32 on a subset that covers each kernel
 family.
 """
 from __future__ import annotations
 
-import itertools
 import os
 
 import numpy as np
@@ -19,6 +20,8 @@ import torch
 import torch.nn.functional as Fn
 
 pytest.importorskip("numba")
+
+from kernel_warmup import F32_VARIANTS, REQUESTS, SCALE_CASES, VARIANTS
 
 from gdsl.backends.numba import (
     COMPILE_TIMES,
@@ -164,42 +167,12 @@ def make_inputs(gr: G, kind, msg, dtype, seed=0):
     return x, w
 
 
-def _variants():
-    out = []
-    for reduce, to in itertools.product(("sum", "max", "min", "mean"), ("dst", "src")):
-        out.append(("copy_src", reduce, to, "copy_src"))
-        out.append(("copy_edge", reduce, to, "copy_edge"))
-        for msg, kind in itertools.product(("add", "sub", "mul", "div"), ("scalar", "head", "full")):
-            out.append((msg, reduce, to, kind))
-    return out
-
-
-VARIANTS = _variants()
-
-
-def _warm_requests():
-    bk = {"copy_src": "none", "copy_edge": "none", "scalar": "scalar", "head": "head", "full": "full"}
-    f64 = sorted({(m, "sum" if r == "mean" else r, k) for m, r, _, k in VARIANTS})
-    req64 = [("aggregate", {"msg": m, "reduce": r, "bcast": bk[k]}) for m, r, k in f64]
-    req64 += [("aggregate", {"msg": "copy_src", "reduce": "sum", "index_dtype": "int64"}),
-              ("aggregate", {"msg": "copy_src", "reduce": "sum", "blocked": True}),
-              ("aggregate", {"msg": "mul", "reduce": "sum", "bcast": "head", "blocked": True})]
-    req64 += [("sddmm", {"op": o}) for o in ("dot", "add", "sub", "mul", "div")]
-    req64 += [("edge_softmax", {}), ("gat_aggregate", {})]
-    req32 = [("aggregate", {"msg": m, "reduce": "sum" if r == "mean" else r, "bcast": bk[k]})
-             for m, r, _, k in F32_VARIANTS]
-    req32 += [("sddmm", {"op": "dot"}), ("edge_softmax", {}), ("gat_aggregate", {})]
-    return req64, req32
-
-
 @pytest.fixture(scope="module", autouse=True)
 def _warm_kernels():
     """Compile this file's kernels in parallel processes (a no-op once cached).
     The small graphs run their kernels on one thread (cheap launches for
     gradcheck's many calls), the hub graph's go parallel over its chunks."""
-    req64, req32 = _warm_requests()
-    reqs = [(*r, torch.float64) for r in req64] + [(*r, torch.float32) for r in req32]
-    warm(reqs, processes=min(2, os.cpu_count() or 1))
+    warm(REQUESTS, processes=min(2, os.cpu_count() or 1))
     saved = nops.SERIAL_BELOW
     nops.SERIAL_BELOW = 2048
     yield
@@ -274,10 +247,6 @@ def test_aggregate_ties_share_the_gradient(variant, chunk, monkeypatch):
         for a, b in ((xs[0], xs[1]), (ws[0], ws[1])):
             if a is not None:
                 torch.testing.assert_close(a.grad, b.grad, rtol=1e-12, atol=1e-12)
-
-
-F32_VARIANTS = [("copy_src", "sum", "dst", "copy_src"), ("copy_src", "max", "src", "copy_src"),
-                ("mul", "sum", "dst", "head"), ("mul", "mean", "src", "scalar"), ("div", "max", "dst", "full")]
 
 
 @pytest.mark.parametrize("variant", F32_VARIANTS, ids=_vid)
@@ -604,33 +573,9 @@ def test_kernel_source_and_compile_times():
 # fused scales, permuted edge data, the layer epilogue
 # --------------------------------------------------------------------------
 
-SCALE_CASES = [("copy_src", "copy_src", "sum"), ("copy_src", "copy_src", "mean"), ("mul", "scalar", "sum"),
-               ("mul", "head", "mean"), ("mul", "full", "sum")]
-
-
-def _scale_warm():
-    bk = {"copy_src": "none", "scalar": "scalar", "head": "head", "full": "full"}
-    reqs = []
-    for msg, kind, _ in SCALE_CASES:
-        for flags in ({"xscale": True}, {"oscale": True}, {"xscale": True, "oscale": True}):
-            reqs.append(("aggregate", {"msg": msg, "reduce": "sum", "bcast": bk[kind], **flags}, torch.float64))
-    reqs += [("aggregate", {"msg": "mul", "reduce": "sum", "bcast": "scalar", "wperm": True, **f}, dt)
-             for f in ({}, {"oscale": True}) for dt in (torch.float64, torch.float32)]
-    reqs += [("epilogue", {"act": a, "bias": b, "drop": d}, dt) for a in ("none", "relu", "elu")
-             for b in (False, True) for d in (False, True) if (a != "none" or d)
-             for dt in (torch.float64, torch.float32)]
-    reqs += [("head_dot", {}, dt) for dt in (torch.float64, torch.float32)]
-    return reqs
-
-
-@pytest.fixture(scope="module")
-def _warm_fused():
-    warm(_scale_warm(), processes=min(2, os.cpu_count() or 1))
-
-
 @pytest.mark.parametrize("case", SCALE_CASES, ids=["-".join(c) for c in SCALE_CASES])
 @pytest.mark.parametrize("to", ["dst", "src"])
-def test_aggregate_scales(case, to, _warm_fused):
+def test_aggregate_scales(case, to):
     """out[v] = oscale[v] * REDUCE_e MSG(x[u] * xscale[u], w[e]): forward and
     gradients (float64 gradcheck; the scales are constants) on graphs with
     isolated vertices, a 3000-in-edge hub and no edges."""
@@ -659,7 +604,7 @@ def test_aggregate_scales(case, to, _warm_fused):
 
 @pytest.mark.parametrize("to", ["dst", "src"])
 @pytest.mark.parametrize("dtype", [F64, torch.float32], ids=["f64", "f32"])
-def test_aggregate_permuted_constant_edge_data(to, dtype, _warm_fused):
+def test_aggregate_permuted_constant_edge_data(to, dtype):
     """A constant w read in CSR slot order (permute_edge_data) gives the same
     aggregation and the same gradient of x as w read through the edge ids."""
     for gr in (SMALL, HUB, EMPTY):
@@ -708,7 +653,7 @@ EPI_CASES = [(a, b, d) for a in ("none", "relu", "elu") for b in (False, True) f
 
 @pytest.mark.parametrize("act,bias,drop", EPI_CASES, ids=[f"{a}-{'b' if b else 'nob'}-{'d' if d else 'nod'}"
                                                           for a, b, d in EPI_CASES])
-def test_epilogue(act, bias, drop, _warm_fused, monkeypatch):
+def test_epilogue(act, bias, drop, monkeypatch):
     """dropout(act(x + b)) in one pass equals the reference's three ops: the
     same dropout mask, bit for bit (relu, none; elu to rounding), across
     generator blocks and the kernel's stream segments (made small here), and
@@ -820,7 +765,7 @@ def test_linear(monkeypatch):
     assert w.grad is not None and x.grad is None
 
 
-def test_head_dot(_warm_fused):
+def test_head_dot():
     """(z * a_k).sum(-1) for several parameters in one pass: values and
     gradients (gradcheck), [N, H, D] and [N, D], and empty / mismatched
     inputs on torch's ops."""
@@ -844,7 +789,7 @@ def test_head_dot(_warm_fused):
     assert ndense.head_dot(torch.zeros(0, 2, 3), torch.ones(2, 3))[0].shape == (0, 2)
 
 
-def test_cache_blocked_with_scales_and_permuted_edge_data(_warm_fused):
+def test_cache_blocked_with_scales_and_permuted_edge_data():
     """The cache-blocked kernels take the fused scales and CSR-ordered edge
     data too (auto mode picks them on large graphs, GCN's included)."""
     prev = set_cache_blocking("on", 3)
@@ -921,3 +866,56 @@ def test_auto_prefetches_instead_of_blocking_large_sources(monkeypatch, msg):
     finally:
         nops.set_prefetch(prev)
         set_cache_blocking(*prev_b)
+
+
+# --------------------------------------------------------------------------
+# the disk cache shared by processes
+# --------------------------------------------------------------------------
+
+_RACE = r"""
+import json, os, sys, time
+import torch
+from gdsl.backends.numba import codegen
+from gdsl.backends.numba.graph import CSRGraph
+open(sys.argv[2], "w").close()
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.005)
+CSRGraph.build(torch.tensor([0, 1, 2, 2]), torch.tensor([1, 2, 0, 1]), 3).in_csr
+print(json.dumps(codegen.COMPILE_FROM_CACHE))
+"""
+
+
+def test_processes_that_need_one_kernel_at_once_compile_it_once(tmp_path):
+    """Ranks starting on a cold cache ask for the same kernels at the same
+    moment: one process compiles each, the others wait and load it from the
+    disk cache (without the lock each would compile it: P ranks on fewer
+    cores, P times the time)."""
+    import json
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    go = tmp_path / "go"
+    env = dict(os.environ, GDSL_NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=str(root) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs = [subprocess.Popen([sys.executable, "-c", _RACE, str(go), str(tmp_path / f"ready{i}")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+             for i in range(3)]
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"ready{i}").exists() for i in range(3)):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+            time.sleep(0.01)
+        go.touch()   # all three are past their imports: they race for the kernels
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    got = [json.loads(o.strip().splitlines()[-1]) for o, _ in outs]
+    keys = set().union(*got)
+    assert {k.split("[")[0] for k in keys} == {"csr_scatter", "csr_sort_rows"}
+    for k in keys:
+        assert sorted(g[k] for g in got) == [False, True, True], (k, got)

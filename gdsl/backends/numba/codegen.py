@@ -25,6 +25,7 @@ Kernel layout conventions (all arrays C-contiguous):
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -775,9 +776,10 @@ class Kernel:
     signature compiles (or loads from the disk cache) explicitly and records
     the seconds in COMPILE_TIMES, so timing a later call is pure run time."""
 
-    def __init__(self, label: str, dispatcher) -> None:
+    def __init__(self, label: str, dispatcher, lock_path: Path | None = None) -> None:
         self.label = label
         self.dispatcher = dispatcher
+        self.lock_path = lock_path
         self._seen: set = set()
 
     def __call__(self, *args):
@@ -793,13 +795,43 @@ class Kernel:
         sig = tuple(numba.typeof(a) for a in args)
         hits = sum(self.dispatcher.stats.cache_hits.values())
         t0 = time.perf_counter()
-        self.dispatcher.compile(sig)
+        with _compile_lock(self.lock_path):
+            self.dispatcher.compile(sig)
         dt = time.perf_counter() - t0
         dtypes = ",".join(sorted({a.dtype.name for a in args if isinstance(a, np.ndarray)}))
         key = f"{self.label}[{dtypes}]"
         COMPILE_TIMES[key] = COMPILE_TIMES.get(key, 0.0) + dt
         COMPILE_FROM_CACHE[key] = sum(self.dispatcher.stats.cache_hits.values()) > hits
         self._seen.add(tkey)
+
+
+@contextlib.contextmanager
+def _compile_lock(path: Path | None):
+    """Hold an exclusive lock on `path` across processes while one kernel is
+    compiled.  MPI ranks and test processes sharing a cold cache would
+    otherwise each compile the same kernel at once (P ranks on fewer cores:
+    P times the CPU); under the lock the first compiles and saves, the
+    others then find it in the disk cache (Numba reads the cache index again
+    on every compile).  The OS drops the lock if its holder dies.  Where
+    ``fcntl`` or the file is unavailable, compile unlocked."""
+    try:
+        import fcntl
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644) if path is not None else None
+    except (ImportError, OSError):
+        fd = None
+    if fd is None:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _lock_path(mod) -> Path:
+    f = Path(mod.__file__)
+    return f.with_name(f".{f.stem}.lock")
 
 
 def _load_module(name: str, source: str):
@@ -835,7 +867,7 @@ def get_kernel(op: str, /, fn: str | None = None, **signature) -> Kernel:
             name, _, _ = _generate(op, signature)
             mod = _load_module(name, kernel_source(op, **signature))
             fname = fn or name
-            k = Kernel(fname, getattr(mod, fname))
+            k = Kernel(fname, getattr(mod, fname), _lock_path(mod))
             _KERNELS[key] = k
     return k
 

@@ -12,7 +12,8 @@ only load them.  Requests (a list of (op, params) pairs):
         "head" (w [E, H], x [N, H, D]), "full" (w [E, *fs]); optional
         "blocked": True (cache-blocked kernel), "index_dtype": "int64",
         "xscale" / "oscale": True (fused vertex / row scales), "wperm": True
-        (constant w read in CSR order)
+        (constant w read in CSR order), "prefetch": True (software prefetch
+        forced on); reduce "mean" is sum with the fused 1 / degree row scale
     ("epilogue", {"act": "relu", "bias": True, "drop": True})
     ("head_dot", {})
     ("sddmm", {"op": "dot"})
@@ -66,10 +67,12 @@ def _run_one(op: str, params: dict, dtype: str) -> None:
             w = w.detach()
             kw["w_perm"] = ops.permute_edge_data(g, w, to)
         prev = ops.set_cache_blocking("on", 1) if params.get("blocked") else ops.set_cache_blocking("off")
+        prev_p = ops.set_prefetch("on" if params.get("prefetch") else "off")
         try:
             ops.aggregate(g, x, w, msg, reduce, to, **kw).sum().backward()
         finally:
             ops.set_cache_blocking(*prev)
+            ops.set_prefetch(prev_p)
     elif op == "sddmm":
         ops.sddmm(g, t(N, 2, 2), t(N, 2, 2), params["op"]).sum().backward()
     elif op == "edge_softmax":
@@ -104,6 +107,47 @@ def _stamp(tasks: list) -> str:
     return h.hexdigest()[:20]
 
 
+def _tasks(requests: list, dtypes) -> list:
+    """[op, params, dtype name] for each request and dtype, in request order."""
+    tasks = []
+    for req in requests:
+        op, params, *own = req
+        for dt in (own or dtypes):
+            tasks.append([op, dict(params), str(dt).replace("torch.", "")])
+    return tasks
+
+
+def _child_env() -> dict:
+    """Environment of a worker process: this checkout's gdsl, this cache."""
+    from gdsl.backends.numba import codegen
+    root = str(Path(__file__).resolve().parents[3])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["GDSL_NUMBA_CACHE_DIR"] = str(codegen.cache_dir())
+    return env
+
+
+def warm_in_background(requests: list, dtypes=("float32",)) -> subprocess.Popen | None:
+    """Start ``warm(requests, dtypes, processes=1)`` in one child process at
+    the lowest CPU priority and return it (None when the stamp says it is
+    done).  It compiles on a core the caller leaves idle; a process that
+    needs a kernel meanwhile compiles it itself, or waits for the child to
+    finish that one and loads it (see codegen._compile_lock), never both.
+    The caller may terminate the child at any time: kernels already saved
+    stay in the cache, the stamp is written only when all are."""
+    from gdsl.backends.numba import codegen
+    tasks = _tasks(requests, dtypes)
+    if not tasks or (codegen.cache_dir() / f"warm-{_stamp(tasks)}.stamp").exists():
+        return None
+    nice = (lambda: os.nice(19)) if hasattr(os, "nice") else None
+    p = subprocess.Popen([sys.executable, "-m", "gdsl.backends.numba.warm", "--stamp"], stdin=subprocess.PIPE,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_child_env(), text=True,
+                         preexec_fn=nice)
+    p.stdin.write(json.dumps(tasks))
+    p.stdin.close()
+    return p
+
+
 def warm(requests: list, dtypes=("float32",), processes: int | None = None, skip_if_done: bool = True) -> dict:
     """Compile every kernel that `requests` (forward and backward, in each of
     `dtypes`, or in the dtype a request names as its third element, e.g.
@@ -113,11 +157,7 @@ def warm(requests: list, dtypes=("float32",), processes: int | None = None, skip
     a stamp in the cache directory (keyed by the requests and this backend's
     source) skips work already done."""
     from gdsl.backends.numba import codegen
-    tasks = []
-    for req in requests:
-        op, params, *own = req
-        for dt in (own or dtypes):
-            tasks.append([op, dict(params), str(dt).replace("torch.", "")])
+    tasks = _tasks(requests, dtypes)
     if not tasks:
         return {}
     stamp = codegen.cache_dir() / f"warm-{_stamp(tasks)}.stamp"
@@ -129,10 +169,7 @@ def warm(requests: list, dtypes=("float32",), processes: int | None = None, skip
         times = _worker(tasks)
     else:
         groups = [tasks[i::procs] for i in range(procs)]
-        root = str(Path(__file__).resolve().parents[3])
-        env = dict(os.environ)
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        env["GDSL_NUMBA_CACHE_DIR"] = str(codegen.cache_dir())
+        env = _child_env()
         ps = [subprocess.Popen([sys.executable, "-m", "gdsl.backends.numba.warm"], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
               for _ in groups]
@@ -151,4 +188,8 @@ def warm(requests: list, dtypes=("float32",), processes: int | None = None, skip
 
 
 if __name__ == "__main__":
-    print(json.dumps(_worker(json.loads(sys.stdin.read()))))
+    _tasks_in = json.loads(sys.stdin.read())
+    if "--stamp" in sys.argv[1:]:   # warm_in_background: all of them, then the stamp
+        warm(_tasks_in, processes=1)
+    else:
+        print(json.dumps(_worker(_tasks_in)))
