@@ -136,3 +136,28 @@ def test_a_reorder_the_order_pass_cannot_do_is_an_error(tmp_path, schedule, wher
     # a sparse-first hint with autograd's backward is what runs anyway: accepted
     f.write_text(text + "schedule {\n    order L#1 = sparse_first\n}\n")
     assert run_gdsl(["compile", str(f)])[0] == 0
+
+
+@pytest.mark.parametrize("order", ["sparse_first", "dense_first"])
+def test_a_chain_of_edge_factors_folds_and_computes_gcn(order):
+    """`src.h * rsqrt(src.degree) * rsqrt(dst.degree)` is GCN's message
+    written as two factors: folded into one edge constant it reorders like
+    gcn.gd's and gives gcn.gd's numbers (was: the factors were multiplied
+    into the [E, F] messages one by one, and dense_first was refused)."""
+    g = random_graph(n=40, e=200, f=12, c=3, seed=3)
+    text = (ROOT / "programs" / "gcn.gd").read_text()
+    split = text.replace("src.h * rsqrt(src.degree * dst.degree)", "src.h * rsqrt(src.degree) * rsqrt(dst.degree)")
+    assert split != text
+    outs = []
+    for src in (text, _with(split, f"    order = {order}")):
+        prog = gdsl.compile(src)
+        ops = prog.bind(g).module.main.ops
+        assert [op.attrs.get("msg") for op in ops if op.name == "aggregate"] == ["mul", "mul"]
+        torch.manual_seed(0)
+        model = prog.module(g, backend="reference")
+        if outs:
+            model.load_state_dict(outs[0][0].state_dict())
+            assert all(op.attrs["order"] == order for op in ops if op.name == "aggregate")
+        model.eval()
+        outs.append((model, model()))
+    torch.testing.assert_close(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-6)

@@ -8,8 +8,10 @@ once when the model is bound to a graph. Symbols: `degree` / `out_degree`
 for vertex constants; `src_degree`, `dst_degree`, `src_out_degree`,
 `dst_out_degree` and edge-input names for edge constants.
 
-Division by such a constant becomes multiplication by its reciprocal, so
-messages always take the form `src.x * w`.
+A chain of factors is first regrouped, `(x * c1) * c2 -> x * (c1 * c2)`
+(`reassociate`), so `src.h * rsqrt(src.degree) * rsqrt(dst.degree)` folds to
+one constant. Division by such a constant becomes multiplication by its
+reciprocal, so messages always take the form `src.x * w`.
 
 Requires: canonicalized IR. Ensures: no scalar-per-edge subexpression made of
 graph constants is recomputed per epoch; no `div` by an `edge_const`.
@@ -38,6 +40,8 @@ class FoldEdgeConstants:
 
     def run(self, module: Module, ctx: PassContext) -> Module:
         f = module.main
+        while self.reassociate(f):
+            pass
         const: dict[Value, sympy.Expr] = {}
         for op in f.ops:
             e = self.expr_of(op, const)
@@ -61,6 +65,56 @@ class FoldEdgeConstants:
         cse(f)
         f.dead_code_elim()
         return module
+
+    @classmethod
+    def reassociate(cls, f) -> bool:
+        """One round of `(x * c1) * c2 -> x * (c1 * c2)` (and the same with
+        `/` on either side, and `c2 * (c1 * x)`), where x is not a graph
+        constant and c1, c2 are per-edge scalar constants or numbers: a
+        left-associated chain of edge factors, as in `src.h *
+        rsqrt(src.degree) * rsqrt(dst.degree)`, gathers its factors into one
+        expression, which the fold below makes one edge constant (so the
+        message is `src.x * w`, the form the order pass reorders).  Only
+        where the inner product has no other use.  True if it rewrote."""
+        const: dict[Value, sympy.Expr] = {}
+        for op in f.ops:
+            e = cls.expr_of(op, const)
+            if e is not None:
+                const[op.result] = e
+        users = f.uses()
+
+        def factor(v: Value) -> bool:
+            return v in const and v.type.shape == ()
+
+        for i, op in enumerate(f.ops):
+            if op.name not in ("mul", "div") or op.result.type.domain != "edge" or op.result in const:
+                continue
+            a, c2 = op.operands
+            if op.name == "mul" and factor(a) and not factor(c2):
+                a, c2 = c2, a
+            inner = a.owner
+            if (not factor(c2) or inner is None or inner.name not in ("mul", "div") or a in f.results
+                    or len(users.get(a, [])) != 1):
+                continue
+            x, c1 = inner.operands
+            if inner.name == "mul" and factor(x) and not factor(c1):
+                x, c1 = c1, x
+            if not factor(c1) or x in const:
+                continue
+            if "edge" not in (c1.type.domain, c2.type.domain):
+                continue   # two numbers: leave them to canonicalize
+            # x*c1*c2 = x*(c1*c2); x*c1/c2 = x*(c1/c2); x/c1*c2 = x*(c2/c1); x/c1/c2 = x/(c1*c2)
+            name, l, r, outer = {("mul", "mul"): ("mul", c1, c2, "mul"), ("mul", "div"): ("div", c1, c2, "mul"),
+                                 ("div", "mul"): ("div", c2, c1, "mul"),
+                                 ("div", "div"): ("mul", c1, c2, "div")}[(inner.name, op.name)]
+            etype = c1.type if c1.type.domain == "edge" else c2.type
+            attrs = {k: op.attrs[k] for k in ("scope", "stage") if k in op.attrs}
+            c = Value(etype, "")
+            f.ops[i:i + 1] = [Op(name, [l, r], c, attrs, op.span),
+                              Op(outer, [x, c], op.result, op.attrs, op.span)]
+            f.dead_code_elim()
+            return True
+        return False
 
     @staticmethod
     def divide_by_multiplying(ops: list[Op]) -> list[Op]:
