@@ -277,6 +277,9 @@ def cmd_plan(args, parser) -> int:
     print(result.choice.table())
     print("\n* chosen  P Pareto (time vs memory)  ! over the memory per rank")
     print(f"choice: {result.choice.best.name}\nwhy: {result.choice.reason}")
+    hinted = _plan_hint_line(lowered.attrs.get("schedule", {}), result, args.np_)
+    if hinted:
+        print(hinted)
     if args.json:
         from gdsl.runtime.files import write_json
         write_json(args.json, {
@@ -290,6 +293,26 @@ def cmd_plan(args, parser) -> int:
                             "pareto": any(c is p for p in result.choice.pareto)} for c in result.choice.candidates],
         })
     return 0
+
+
+def _plan_hint_line(schedule: dict, result, P: int) -> str | None:
+    """What `gdsl run --np P` does with the schedule's `partition` hint,
+    which the table above (the cost model's own ranking) does not apply."""
+    hint = schedule.get("partition")
+    if hint in (None, "auto"):
+        return None
+    from gdsl.planning import _hinted
+    from gdsl.cost.choose import fmt_time
+    delay = schedule.get("delay", 0)
+    choice, ok = _hinted(result.choice, hint, delay, P)
+    if not ok:
+        return (f"schedule: partition = {hint}: not a plan the cost model prices for P={P}, so `gdsl run --np {P}` "
+                "and `gdsl compile --np` keep the choice above")
+    if choice.best is result.choice.best:
+        return f"schedule: partition = {hint} names the choice above"
+    return (f"schedule: partition = {hint}: `gdsl run --np {P}` executes {choice.best.name} "
+            f"({fmt_time(choice.best.time)} per epoch predicted) instead of the choice above, and "
+            "`gdsl compile --np` records it (chosen_by=hint)")
 
 
 def cmd_calibrate(args, parser) -> int:

@@ -114,6 +114,27 @@ def test_compile_np_records_the_plan_the_schedule_hints(tmp_path):
     assert "chosen_by" not in out.splitlines()[0] and "rows_replicated" not in out.splitlines()[0].split("schedule=")[0]
 
 
+def test_plan_says_what_the_schedule_hint_makes_run_execute(tmp_path):
+    """`gdsl plan` ranks the cost model's own choice; a `partition` hint in
+    the schedule gets a line naming the plan `gdsl run --np` executes (the
+    one `gdsl compile --np` records as chosen_by=hint). Was: no word of it."""
+    base = (ROOT / "programs" / "gcn.gd").read_text()
+    prog = tmp_path / "h.gd"
+    prog.write_text(base + "\nschedule {\n    partition = rows_replicated(2)\n}\n")
+    code, out, err = run_gdsl(["plan", str(prog), "--data", "cora", "--np", "4"])
+    assert code == 0, err
+    choice = next(line for line in out.splitlines() if line.startswith("choice: "))
+    assert "rows_replicated" not in choice
+    assert ("schedule: partition = rows_replicated(2): `gdsl run --np 4` executes rows_replicated(c=2) (" in out
+            and "recorded" not in out and "(chosen_by=hint)" in out), out
+    code, ir, err = run_gdsl(["compile", str(prog), "--data", "cora", "--np", "4"])
+    assert code == 0 and 'chosen_by=hint' in ir.splitlines()[0] and 'strategy="rows_replicated(c=2)"' in ir, err
+    prog.write_text(base + "\nschedule {\n    partition = rows_replicated(3)\n}\n")   # c * c > P: not priced
+    code, out, err = run_gdsl(["plan", str(prog), "--data", "cora", "--np", "4"])
+    assert code == 0 and "not a plan the cost model prices for P=4" in out, out
+    assert "schedule:" not in run_gdsl(["plan", GCN, "--data", "cora", "--np", "4"])[1]
+
+
 def test_auto_chooses_a_plan_the_ranks_can_run():
     """gat.gd over 16 ranks: the cost model's fastest is RDM, which cannot run
     an edge softmax; `auto` takes the fastest plan the ranks can run. Was: it
