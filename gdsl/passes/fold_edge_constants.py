@@ -42,11 +42,7 @@ class FoldEdgeConstants:
         f = module.main
         while self.reassociate(f):
             pass
-        const: dict[Value, sympy.Expr] = {}
-        for op in f.ops:
-            e = self.expr_of(op, const)
-            if e is not None:
-                const[op.result] = e
+        const = self.constants(f)
         users = f.uses()
         out: list[Op] = []
         for op in f.ops:
@@ -67,6 +63,16 @@ class FoldEdgeConstants:
         return module
 
     @classmethod
+    def constants(cls, f) -> dict[Value, sympy.Expr]:
+        """The sympy expression of every value of `f` that depends on the graph only."""
+        const: dict[Value, sympy.Expr] = {}
+        for op in f.ops:
+            e = cls.expr_of(op, const)
+            if e is not None:
+                const[op.result] = e
+        return const
+
+    @classmethod
     def reassociate(cls, f) -> bool:
         """One round of `(x * c1) * c2 -> x * (c1 * c2)` (and the same with
         `/` on either side, and `c2 * (c1 * x)`), where x is not a graph
@@ -76,11 +82,7 @@ class FoldEdgeConstants:
         expression, which the fold below makes one edge constant (so the
         message is `src.x * w`, the form the order pass reorders).  Only
         where the inner product has no other use.  True if it rewrote."""
-        const: dict[Value, sympy.Expr] = {}
-        for op in f.ops:
-            e = cls.expr_of(op, const)
-            if e is not None:
-                const[op.result] = e
+        const = cls.constants(f)
         users = f.uses()
 
         def factor(v: Value) -> bool:
