@@ -823,7 +823,10 @@ def _compile_lock(path: Path | None):
         yield
         return
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:   # a file system without locks: compile unlocked
+            pass
         yield
     finally:
         os.close(fd)  # closing releases the lock
