@@ -301,10 +301,10 @@ def _plan_hint_line(schedule: dict, result, P: int) -> str | None:
     hint = schedule.get("partition")
     if hint in (None, "auto"):
         return None
-    from gdsl.planning import _hinted
     from gdsl.cost.choose import fmt_time
+    from gdsl.planning import hinted_choice
     delay = schedule.get("delay", 0)
-    choice, ok = _hinted(result.choice, hint, delay, P)
+    choice, ok = hinted_choice(result.choice, hint, delay, P)
     if not ok:
         return (f"schedule: partition = {hint}: not a plan the cost model prices for P={P}, so `gdsl run --np {P}` "
                 "and `gdsl compile --np` keep the choice above")

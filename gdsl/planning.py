@@ -94,7 +94,7 @@ def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float |
                     measured=how, **stats, **extra)
     hinted = False
     if hint is not None:
-        choice, hinted = _hinted(choice, hint, delay, P)
+        choice, hinted = hinted_choice(choice, hint, delay, P)
     return Plan(pb, choice, widths, profile, hinted)
 
 
@@ -143,7 +143,7 @@ def runnable(result: Plan, optimised: Callable[[int | str], Module]) -> Plan:
                    runner_up=runner[0].name if runner else "none")
 
 
-def _hinted(choice: Choice, hint: str, delay, P: int) -> tuple[Choice, bool]:
+def hinted_choice(choice: Choice, hint: str, delay, P: int) -> tuple[Choice, bool]:
     """`choice` with the candidate the schedule's partition hint names as its
     best (the plan `gdsl run --np P` executes), and True; or unchanged with
     a note, and False, when the cost model prices no such plan (e.g.
