@@ -277,9 +277,9 @@ def cmd_plan(args, parser) -> int:
     print(result.choice.table())
     print("\n* chosen  P Pareto (time vs memory)  ! over the memory per rank")
     print(f"choice: {result.choice.best.name}\nwhy: {result.choice.reason}")
-    hinted = _plan_hint_line(lowered.attrs.get("schedule", {}), result, args.np_)
+    hinted = _plan_hint(lowered.attrs.get("schedule", {}), result, args.np_)
     if hinted:
-        print(hinted)
+        print(hinted["line"])
     if args.json:
         from gdsl.runtime.files import write_json
         write_json(args.json, {
@@ -291,13 +291,15 @@ def cmd_plan(args, parser) -> int:
                             "words_per_rank": float(c.cost.words), "messages_per_rank": float(c.cost.messages),
                             "memory_per_rank": c.memory_bytes, "fits": c.fits,
                             "pareto": any(c is p for p in result.choice.pareto)} for c in result.choice.candidates],
+            **({"schedule_hint": {k: v for k, v in hinted.items() if k != "line"}} if hinted else {}),
         })
     return 0
 
 
-def _plan_hint_line(schedule: dict, result, P: int) -> str | None:
+def _plan_hint(schedule: dict, result, P: int) -> dict | None:
     """What `gdsl run --np P` does with the schedule's `partition` hint,
-    which the table above (the cost model's own ranking) does not apply."""
+    which the table above (the cost model's own ranking) does not apply:
+    the hint, the plan run executes, whether the hint applies, and a line."""
     hint = schedule.get("partition")
     if hint in (None, "auto"):
         return None
@@ -306,13 +308,16 @@ def _plan_hint_line(schedule: dict, result, P: int) -> str | None:
     delay = schedule.get("delay", 0)
     choice, ok = hinted_choice(result.choice, hint, delay, P)
     if not ok:
-        return (f"schedule: partition = {hint}: not a plan the cost model prices for P={P}, so `gdsl run --np {P}` "
-                "and `gdsl compile --np` keep the choice above")
+        return {"partition": hint, "applies": False, "executes": result.choice.best.name,
+                "line": f"schedule: partition = {hint}: not a plan the cost model prices for P={P}, so "
+                        f"`gdsl run --np {P}` and `gdsl compile --np` keep the choice above"}
     if choice.best is result.choice.best:
-        return f"schedule: partition = {hint} names the choice above"
-    return (f"schedule: partition = {hint}: `gdsl run --np {P}` executes {choice.best.name} "
-            f"({fmt_time(choice.best.time)} per epoch predicted) instead of the choice above, and "
-            "`gdsl compile --np` records it (chosen_by=hint)")
+        line = f"schedule: partition = {hint} names the choice above"
+    else:
+        line = (f"schedule: partition = {hint}: `gdsl run --np {P}` executes {choice.best.name} "
+                f"({fmt_time(choice.best.time)} per epoch predicted) instead of the choice above, and "
+                "`gdsl compile --np` records it (chosen_by=hint)")
+    return {"partition": hint, "applies": True, "executes": choice.best.name, "line": line}
 
 
 def cmd_calibrate(args, parser) -> int:

@@ -121,10 +121,13 @@ def test_plan_says_what_the_schedule_hint_makes_run_execute(tmp_path):
     base = (ROOT / "programs" / "gcn.gd").read_text()
     prog = tmp_path / "h.gd"
     prog.write_text(base + "\nschedule {\n    partition = rows_replicated(2)\n}\n")
-    code, out, err = run_gdsl(["plan", str(prog), "--data", "cora", "--np", "4"])
+    code, out, err = run_gdsl(["plan", str(prog), "--data", "cora", "--np", "4", "--json", str(tmp_path / "p.json")])
     assert code == 0, err
     choice = next(line for line in out.splitlines() if line.startswith("choice: "))
     assert "rows_replicated" not in choice
+    doc = json.loads((tmp_path / "p.json").read_text())   # --json carries the hint too
+    assert doc["schedule_hint"] == {"partition": "rows_replicated(2)", "applies": True,
+                                    "executes": "rows_replicated(c=2)"} and doc["choice"] == choice[8:], doc
     assert ("schedule: partition = rows_replicated(2): `gdsl run --np 4` executes rows_replicated(c=2) (" in out
             and "recorded" not in out and "(chosen_by=hint)" in out), out
     code, ir, err = run_gdsl(["compile", str(prog), "--data", "cora", "--np", "4"])
@@ -132,7 +135,8 @@ def test_plan_says_what_the_schedule_hint_makes_run_execute(tmp_path):
     prog.write_text(base + "\nschedule {\n    partition = rows_replicated(3)\n}\n")   # c * c > P: not priced
     code, out, err = run_gdsl(["plan", str(prog), "--data", "cora", "--np", "4"])
     assert code == 0 and "not a plan the cost model prices for P=4" in out, out
-    assert "schedule:" not in run_gdsl(["plan", GCN, "--data", "cora", "--np", "4"])[1]
+    code, out, err = run_gdsl(["plan", GCN, "--data", "cora", "--np", "4", "--json", str(tmp_path / "q.json")])
+    assert code == 0 and "schedule:" not in out and "schedule_hint" not in json.loads((tmp_path / "q.json").read_text())
 
 
 def test_auto_chooses_a_plan_the_ranks_can_run():
