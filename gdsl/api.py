@@ -92,6 +92,7 @@ class Program:
         """Compile again with the dims bound from `graph` (concrete shapes)."""
         if not isinstance(graph, Graph):
             raise TypeError(f"bind() takes a gdsl.Graph, got {type(graph).__name__}")
+        graph.validate(graph.source or graph.name)   # fields assigned since it was built, too
         dims = bind_dims(self.checked, graph)
         bound = compile_source(self.source, self.file, dims=dims, overrides=self.overrides, train=self.train_name)
         self._warn(bound)

@@ -94,6 +94,76 @@ def test_reassigning_the_users_graph_does_not_reach_a_bound_module(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_editing_the_edges_in_place_after_binding_does_not_reach_the_module(backend):
+    """The module copies the edge lists at module(). Was: the reference kept
+    the edges as bound and numba built its CSR from the edited ones at its
+    first forward (sage.gd: outputs 1-2 apart with the same params)."""
+    torch.manual_seed(0)
+    want_m, _ = bound("reference", SAGE)
+    want = want_m().detach()
+    m, g = bound(backend, SAGE)
+    m.load_state_dict(want_m.state_dict())
+    g.src[0], g.dst[:5] = (g.src[0] + 1) % g.num_nodes, 0
+    torch.testing.assert_close(m(), want)
+
+
+BAD_FIELDS = [   # a field assigned after Graph.from_edges, and the error module() gives (was: a crash in a backend)
+    (lambda g: setattr(g, "src", torch.cat([g.src[:-1], torch.tensor([g.num_nodes + 3])])),
+     "edge endpoint 23 is out of range for 20 vertices"),   # was: heap corruption (reference), numba's ValueError
+    (lambda g: setattr(g, "src", g.src[:7]), r"src and dst must be 1-d of the same length, got \(7,\) and \(\d+,\)"),
+    (lambda g: setattr(g, "dst", g.dst.float()), "dst must be an integer tensor of vertex ids, got a torch.float32 tensor"),
+    (lambda g: setattr(g, "features", torch.randn(4, 5)), r"features must be \[N=20, F\], got \[4, 5\]"),
+    (lambda g: setattr(g, "features", g.features.numpy()), "features must be a tensor of real numbers, got ndarray"),
+    (lambda g: g.features.__setitem__((3, 1), float("nan")), "features contain NaN or inf"),
+    (lambda g: setattr(g, "num_nodes", 25), r"features must be \[N=25, F\]"),
+    (lambda g: setattr(g, "labels", g.labels[:3]), "labels must have one entry per vertex"),
+    (lambda g: setattr(g, "labels", g.labels.float()), "labels must be an integer tensor of class ids"),
+    (lambda g: g.masks.__setitem__("train", g.masks["train"].long()), r"mask 'train' must be a bool tensor \(a 0/1"),
+    (lambda g: setattr(g, "train_mask", torch.ones(3, dtype=torch.bool)), "mask 'train' must have one entry per vertex"),
+    (lambda g: g.ndata.__setitem__("P", torch.randn(4, 2)), "vertex data 'P' must have one row per vertex"),
+    (lambda g: g.edata.__setitem__("w", torch.ones(g.num_edges - 1)), r"edge data 'w' has (\d+) rows for \d+ edges"),
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", range(len(BAD_FIELDS)))
+def test_module_validates_fields_assigned_after_the_graph_was_built(backend, case):
+    edit, message = BAD_FIELDS[case]
+    g = random_graph(n=20, e=60, f=5, c=3)
+    edit(g)
+    with pytest.raises(GdslError, match=message):
+        gdsl.compile(GCN, hidden=4).module(g, backend=backend)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_integer_features_assigned_after_building_bind_as_float(backend):
+    """As `model(x)` and a data file convert them (was: refused by no check,
+    then a dtype error inside the backend; vertex data too)."""
+    outs = []
+    for dtype in (torch.int64, torch.float32):
+        g = random_graph(n=20, e=60, f=5, c=3)
+        g.features = (g.features > 0).to(dtype)
+        outs.append(bound(backend, graph=g)[0]())
+    torch.testing.assert_close(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_loss_refuses_an_empty_mask_and_a_wrong_row_count(backend):
+    """Was: an all-False train mask gave a NaN loss, and an output with too
+    few rows torch's IndexError."""
+    m, g = bound(backend)
+    g.masks["train"][:] = False
+    with pytest.raises(GdslError, match="model.loss\\(\\): mask 'train' selects no vertex"):
+        m.loss(m())
+    g.masks["train"][0] = True
+    with pytest.raises(GdslError, match=f"loss: the model's output has 5 rows, but the graph bound to the module "
+                                        f"has {g.num_nodes} vertices"):
+        m.loss(m()[:5])
+    g.train_mask = torch.ones(g.num_nodes, dtype=torch.bool)   # the PyG attribute sets masks['train']
+    assert g.masks["train"].all() and "train" in gdsl.Graph.from_edges([0], [0], 1, train_mask=[True]).masks
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_loss_names_a_missing_mask(backend):
     """Was: a graph without the loss's mask gave a loss over every vertex."""
     g = random_graph(n=20, e=60, f=5, c=3)

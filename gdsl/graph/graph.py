@@ -35,17 +35,36 @@ class Graph:
     source: str | None = None  # the file it was loaded from, for messages
 
     # -- the masks under their usual attribute names
+    # (assigning one sets `masks[name]`, as `data.train_mask = ...` does in PyG)
     @property
     def train_mask(self) -> torch.Tensor | None:
         return self.masks.get("train")
+
+    @train_mask.setter
+    def train_mask(self, mask) -> None:
+        self._set_mask("train", mask)
 
     @property
     def val_mask(self) -> torch.Tensor | None:
         return self.masks.get("val")
 
+    @val_mask.setter
+    def val_mask(self, mask) -> None:
+        self._set_mask("val", mask)
+
     @property
     def test_mask(self) -> torch.Tensor | None:
         return self.masks.get("test")
+
+    @test_mask.setter
+    def test_mask(self, mask) -> None:
+        self._set_mask("test", mask)
+
+    def _set_mask(self, name: str, mask) -> None:
+        if mask is None:
+            self.masks.pop(name, None)
+        else:
+            self.masks[name] = mask
 
     @property
     def num_edges(self) -> int:
@@ -118,7 +137,10 @@ class Graph:
 
     # -- checks
     def validate(self, where: str = "graph") -> None:
-        """Refuse inconsistent data with a message naming the problem."""
+        """Refuse inconsistent data with a message naming the problem: what
+        `from_edges` builds, and what is assigned to the fields afterwards
+        (`Program.module` validates the graph it binds)."""
+        self._check_types(where)
         n, e = self.num_nodes, self.num_edges
         if self.src.shape != self.dst.shape or self.src.dim() != 1:
             raise GdslError(f"{where}: src and dst must be 1-d of the same length, got {tuple(self.src.shape)} and {tuple(self.dst.shape)}")
@@ -146,19 +168,64 @@ class Graph:
         for k, m in self.masks.items():
             if m.shape != (n,):
                 raise GdslError(f"{where}: mask '{k}' must have one entry per vertex ({n}), got shape {list(m.shape)}")
+        for k, v in self.ndata.items():
+            if v.dim() < 1 or v.shape[0] != n:
+                raise GdslError(f"{where}: vertex data '{k}' must have one row per vertex ({n}), got shape {list(v.shape)}")
+            if v.is_floating_point() and not torch.isfinite(v).all():
+                raise GdslError(f"{where}: vertex data '{k}' contains NaN or inf")
         for k, v in self.edata.items():
-            if v.shape[0] != e:
+            if v.dim() < 1 or v.shape[0] != e:
                 raise GdslError(f"{where}: edge data '{k}' has {v.shape[0]} rows for {e} edges")
             if not torch.isfinite(v).all():
                 raise GdslError(f"{where}: edge data '{k}' contains NaN or inf")
 
+    def _check_types(self, where: str) -> None:
+        """The fields' types (the module docstring's): a field assigned after
+        construction is not converted, so a wrong type is refused here rather
+        than failing, or silently meaning something else, inside a backend
+        (an integer mask would index rows)."""
+        n = self.num_nodes
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+            raise GdslError(f"{where}: num_nodes must be an integer >= 0, got {n!r}")
+
+        def tensor(what: str, t, kind: str) -> None:
+            ok = isinstance(t, torch.Tensor) and (
+                t.dtype == torch.bool if kind == "bool" else
+                (t.is_floating_point() or t.dtype in _INT_DTYPES or t.dtype == torch.bool) if kind == "real" else
+                t.dtype in _INT_DTYPES)
+            if not ok:
+                want = {"bool": "a bool tensor (a 0/1 tensor: .bool())", "real": "a tensor of real numbers",
+                        "ids": "an integer tensor of vertex ids", "classes": "an integer tensor of class ids"}[kind]
+                got = f"a {t.dtype} tensor" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise GdslError(f"{where}: {what} must be {want}, got {got}")
+
+        tensor("src", self.src, "ids")
+        tensor("dst", self.dst, "ids")
+        if self.features is not None:
+            tensor("features", self.features, "real")
+        if self.labels is not None:
+            tensor("labels", self.labels, "classes")
+        for what, d, kind in (("mask", self.masks, "bool"), ("edge data", self.edata, "real"),
+                              ("vertex data", self.ndata, "real")):
+            if not isinstance(d, dict):
+                field_ = {"mask": "masks", "edge data": "edata", "vertex data": "ndata"}[what]
+                raise GdslError(f"{where}: {field_} must be a dict of name -> tensor, got {type(d).__name__}")
+            for k, v in d.items():
+                tensor(f"{what} '{k}'", v, kind)
+
     # -- transformations used when a program binds the graph
     def snapshot(self) -> "Graph":
-        """The same tensors in new dicts: what a module keeps at `module(graph)`,
-        so reassigning `graph.features`, `graph.masks[...]` or `graph.ndata[...]`
-        later does not reach it (changes made in place to a tensor do; nothing is copied)."""
-        return Graph(self.src, self.dst, self.num_nodes, self.features, self.labels, dict(self.masks),
-                     dict(self.edata), dict(self.ndata), self.name, self.source)
+        """What a module keeps at `module(graph)`: the edge lists copied (int64),
+        integer or bool features and vertex/edge data converted to float32, the
+        other tensors shared in new dicts. Reassigning `graph.features`,
+        `graph.masks[...]` or `graph.ndata[...]` later, or editing `graph.src`
+        in place, does not reach it (in-place changes to the shared tensors do)."""
+        def real(t):
+            return t if t is None or t.is_floating_point() else t.to(torch.float32)
+        return Graph(self.src.to(torch.int64, copy=True), self.dst.to(torch.int64, copy=True), self.num_nodes,
+                     real(self.features), None if self.labels is None else self.labels.to(torch.int64),
+                     dict(self.masks), {k: real(v) for k, v in self.edata.items()},
+                     {k: real(v) for k, v in self.ndata.items()}, self.name, self.source)
 
     def with_options(self, self_loops: bool = False, symmetric: bool = False) -> "Graph":
         """Apply `graph G (symmetric, self_loops)`: add reverse edges (deduplicated),

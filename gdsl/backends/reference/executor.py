@@ -359,7 +359,7 @@ class ReferenceModule(nn.Module):
         return env[self.ir.main.results[0]]
 
     def check_loss_output(self, out) -> None:
-        """`out` has the model output's shape (any rows): else a GdslError, not
+        """`out` has the model output's shape, one row per vertex: else a GdslError, not
         torch's error (or silence) deep in the loss."""
         op = self.loss_op
         if op is None:
@@ -368,6 +368,9 @@ class ReferenceModule(nn.Module):
         if not isinstance(out, torch.Tensor) or out.dim() < 1 or tuple(out.shape[1:]) != want:
             got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
             raise GdslError(f"loss: the model's output is [rows, {', '.join(map(str, want))}], got {got}")
+        if out.shape[0] != self.graph.num_nodes:
+            raise GdslError(f"loss: the model's output has {out.shape[0]} rows, but the graph bound to the module "
+                            f"has {self.graph.num_nodes} vertices (the loss's target and mask have one row per vertex)")
 
     def loss_mask(self) -> torch.Tensor | None:
         """The loss's mask from the bound graph (None for `mask = all`); a
@@ -381,6 +384,8 @@ class ReferenceModule(nn.Module):
             have = ", ".join(self.graph.masks) or "none"
             raise GdslError(f"model.loss(): the train block's loss uses mask '{name}', but the graph bound to the "
                             f"module has masks: {have}")
+        if not bool(mask.any()):   # else the mean over no row: a NaN loss
+            raise GdslError(f"model.loss(): mask '{name}' selects no vertex")
         return mask
 
     def loss(self, out: torch.Tensor) -> torch.Tensor:
