@@ -80,6 +80,29 @@ def test_module_runs_inside_torch_compile(backend):
     torch.testing.assert_close(compiled(g.features), lin(m(g.features)).relu())
 
 
+def test_training_steps_under_torch_compile_do_not_recompile():
+    """The dropout step counter and mask seed are read eagerly. Was: dynamo
+    guarded on the step, so each training step recompiled (until its
+    recompile limit, then ran eagerly)."""
+    from torch._dynamo.utils import counters
+    torch._dynamo.reset()
+    counters.clear()
+    m, g = bound("reference")
+    eager, _ = bound("reference")
+    eager.load_state_dict(m.state_dict())
+    m.train(), eager.train()
+    compiled = torch.compile(m, backend="eager")
+    graphs = []
+    for i in range(9):
+        torch.manual_seed(i)
+        got = compiled()
+        torch.manual_seed(i)
+        torch.testing.assert_close(got, eager())   # the same dropout masks, step by step
+        got.sum().backward()
+        graphs.append(counters["frames"]["ok"])   # frames compiled so far
+    assert graphs[2] == graphs[-1], graphs
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_reassigning_the_users_graph_does_not_reach_a_bound_module(backend):
     """docs/cli.md: the module keeps the graph as it was at module(). Was: true

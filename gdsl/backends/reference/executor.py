@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gdsl.backends import eager_under_torch_compile
 from gdsl.backends.reference.graphdata import GraphData
 from gdsl.backends.reference.linear import plan_linear, run_linear, sparse_mm
 from gdsl.diagnostics import GdslError
@@ -520,6 +521,7 @@ class ReferenceModule(nn.Module):
         self._spmm = self._plan_spmm(self.ir)
 
     # ---- dropout with partition-invariant masks
+    @eager_under_torch_compile   # its counters are Python ints: traced, each step would be a recompile
     def count_step(self) -> None:
         """A forward in train mode is the next training step, whose number
         seeds the dropout masks. When the program has a dropout, the forward
@@ -558,9 +560,11 @@ class ReferenceModule(nn.Module):
         p = op.attrs["p"]
         if not self.training or p == 0.0 or not isinstance(x, torch.Tensor):
             return x
-        gen = torch.Generator().manual_seed(self.mask_seed(op))
-        keep = self.dropout_keep(op, x, gen, p)
-        return x * keep / (1.0 - p)
+        return x * self._keep(op, x, p) / (1.0 - p)
+
+    @eager_under_torch_compile   # the step's seed is read eagerly: no recompile per step under torch.compile
+    def _keep(self, op: Op, x: torch.Tensor, p: float) -> torch.Tensor:
+        return self.dropout_keep(op, x, torch.Generator().manual_seed(self.mask_seed(op)), p)
 
     def dropout_keep(self, op: Op, x: torch.Tensor, gen: torch.Generator, p: float) -> torch.Tensor:
         return torch.rand(x.shape, generator=gen) >= p
