@@ -88,20 +88,25 @@ class Program:
     def ir(self) -> str:
         return print_module(self.compiled.module)
 
-    def bind(self, graph: Graph) -> Compiled:
-        """Compile again with the dims bound from `graph` (concrete shapes)."""
+    def bind(self, graph: Graph, dims: dict[str, int] | None = None) -> Compiled:
+        """Compile again with the dims bound from `graph` (concrete shapes);
+        `dims` gives some first (see `module`)."""
         if not isinstance(graph, Graph):
             raise TypeError(f"bind() takes a gdsl.Graph, got {type(graph).__name__}")
         graph.validate(graph.source or graph.name)   # fields assigned since it was built, too
-        dims = bind_dims(self.checked, graph)
+        dims = bind_dims(self.checked, graph, dims)
         bound = compile_source(self.source, self.file, dims=dims, overrides=self.overrides, train=self.train_name)
         self._warn(bound)
         return bound
 
-    def module(self, graph: Graph, backend: str | None = None) -> nn.Module:
+    def module(self, graph: Graph, backend: str | None = None, *, dims: dict[str, int] | None = None) -> nn.Module:
         """The program bound to `graph` as a `torch.nn.Module` on `backend`
         (default: triton when the schedule says `target = gpu`, else numba,
-        or reference where the numba package is not installed)."""
+        or reference where the numba package is not installed).
+
+        `dims` gives symbolic dims instead of reading them from the data,
+        e.g. `dims={"C": 7}` to apply a model trained on 7 classes to a
+        graph whose labels lack some of them, or that has no labels."""
         if not isinstance(graph, Graph):
             raise TypeError(f"module() takes a gdsl.Graph (gdsl.load_graph, Graph.from_edges, from_pyg, from_dgl), "
                             f"got {type(graph).__name__}")
@@ -109,7 +114,7 @@ class Program:
         if backend not in BACKENDS:
             raise GdslError(f"unknown backend '{backend}' (available: {', '.join(BACKENDS)})")
         require_backend(backend)   # GdslError without numba; without triton, or a GPU and TRITON_INTERPRET=1
-        bound = self.bind(graph)
+        bound = self.bind(graph, dims)
         if backend == "numba":
             try:
                 from gdsl.backends.numba.module import NumbaModule

@@ -449,3 +449,30 @@ def test_print_shows_each_layers_param_shapes():
     text = repr(m)
     assert "(GCNConv_1): LayerParams(W: [5, 4], b: [4])" in text, text
     assert "(GCNConv_2): LayerParams(W: [4, 3], b: [3])" in text, text
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dims_bind_a_trained_model_to_a_graph_without_all_classes(backend):
+    """`module(graph, dims={"C": 3})`: a graph whose labels lack the top
+    class, or that has none, takes the trained state dict. Was: C came only
+    from the labels (max + 1): a size mismatch, or no binding at all."""
+    prog = gdsl.compile(GCN, hidden=4)
+    trained = prog.module(random_graph(n=20, e=60, f=5, c=3), backend=backend)
+    small = gdsl.Graph.from_edges([0, 1], [1, 0], 2, features=torch.randn(2, 5), labels=[0, 1])
+    unlabelled = gdsl.Graph.from_edges([0, 1], [1, 0], 2, features=small.features)
+    outs = []
+    for g in (small, unlabelled):
+        m = prog.module(g, backend=backend, dims={"C": 3})
+        m.load_state_dict(trained.state_dict())
+        outs.append(m.eval()())
+    torch.testing.assert_close(outs[0], outs[1])
+    assert outs[0].shape == (2, 3)
+    with pytest.raises(GdslError, match="model.loss"):
+        m.loss(outs[1])
+    for dims, message in [({"C": 1}, "dims gives C=1, but the labels of input 'Y' go up to 1"),
+                          ({"F": 4}, "dims gives F=4, but input 'X' has 5"),
+                          ({"N": 3}, "dims gives N=3, but the graph has 2 vertices"),
+                          ({"K": 3}, r"dims gives 'K', which is not a dim of the program's inputs \(they have: C, F, N\)"),
+                          ({"C": 0}, "dims gives C=0: a dim is an integer >= 1")]:
+        with pytest.raises(GdslError, match=message):
+            prog.module(small, backend=backend, dims=dims)

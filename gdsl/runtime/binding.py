@@ -7,18 +7,31 @@ from gdsl.frontend.checker import CheckedProgram
 from gdsl.graph.graph import Graph
 
 
-def bind_dims(prog: CheckedProgram, graph: Graph) -> dict[str, int]:
+def bind_dims(prog: CheckedProgram, graph: Graph, given: dict[str, int] | None = None) -> dict[str, int]:
     """Values of the symbolic dims (`F`, `C`, `N`, `E`, ...) from the graph.
 
     A vertex f32 input binds its dims from `graph.features` (the first such
     input) or `graph.ndata[name]`; a label input binds its class count from
-    the labels (max + 1); an edge input from `graph.edata[name]`.
+    the labels (max + 1); an edge input from `graph.edata[name]`. `given`
+    dims (`Program.module(graph, dims={"C": 7})`) bind first: the data must
+    agree with them, except that a given class count only bounds the labels
+    (a graph that lacks the top classes, or has no labels, binds with it).
     """
     # N binds (a param may be f32[N, d]: one learned row per vertex); E does
     # not: it changes with the graph options, and the lowering refuses it.
-    dims: dict[str, int] = {"N": graph.num_nodes}
+    where = graph.source or graph.name
+    given = _check_given(prog, given or {}, where)
+    if given.get("N", graph.num_nodes) != graph.num_nodes:
+        raise GdslError(f"{where}: dims gives N={given['N']}, but the graph has {graph.num_nodes} vertices")
+    dims: dict[str, int] = {**given, "N": graph.num_nodes}
     first_feature = True
     for name, d in prog.inputs.items():
+        if d.type.dtype == "label" and isinstance(d.type.shape[0], ast.Name) and d.type.shape[0].id in given:
+            c = d.type.shape[0].id
+            if graph.labels is not None and graph.num_classes > given[c]:
+                raise GdslError(f"{where}: dims gives {c}={given[c]}, but the labels of input '{name}' go up to "
+                                f"{graph.num_classes - 1}")
+            continue
         if d.type.dtype == "label":
             if graph.labels is None:
                 raise GdslError(f"{graph.source or graph.name}: the program's input '{name}' needs labels, but the graph has none")
@@ -31,7 +44,7 @@ def bind_dims(prog: CheckedProgram, graph: Graph) -> dict[str, int]:
             if graph.num_classes == 0:   # not a dim of 0 further on, reported as the program's
                 raise GdslError(f"{graph.source or graph.name}: the program's input '{name}' needs labels, but the "
                                 f"graph has {graph.num_nodes} vertices and no label")
-            _bind(dims, declared, graph.num_classes, name, graph)
+            _bind(dims, declared, graph.num_classes, name, graph, given)
             continue
         if d.domain == "vertex":
             if first_feature:
@@ -56,17 +69,20 @@ def bind_dims(prog: CheckedProgram, graph: Graph) -> dict[str, int]:
             if int(size) == 0:
                 raise GdslError(f"{graph.source or graph.name}: input '{name}' has an empty feature axis (its data "
                                 f"has shape {list(data.shape)}; axis {axis} is 0)")
-            _bind(dims, dexpr, int(size), name, graph)
+            _bind(dims, dexpr, int(size), name, graph, given)
     return dims
 
 
-def _bind(dims: dict[str, int], dexpr: ast.Expr, size: int, name: str, graph: Graph) -> None:
+def _bind(dims: dict[str, int], dexpr: ast.Expr, size: int, name: str, graph: Graph, given=()) -> None:
     if isinstance(dexpr, ast.Number):
         if dexpr.value != size:
             raise GdslError(f"{graph.source or graph.name}: input '{name}' is declared with {dexpr.value} but the data has {size}")
         return
     if not isinstance(dexpr, ast.Name):
         return  # an expression dim: checked by shape inference once the names are bound
+    if dexpr.id in given and dims[dexpr.id] != size:
+        raise GdslError(f"{graph.source or graph.name}: dims gives {dexpr.id}={dims[dexpr.id]}, but input '{name}' "
+                        f"has {size}")
     if dexpr.id in dims and dims[dexpr.id] != size:
         raise GdslError(f"{graph.source or graph.name}: dimension {dexpr.id} is {dims[dexpr.id]} from one input and {size} from '{name}'")
     dims[dexpr.id] = size
@@ -87,3 +103,21 @@ def check_masks(prog: CheckedProgram, graph: Graph) -> None:
     for m in used:
         if not bool(graph.masks[m].any()):
             raise GdslError(f"{graph.source or graph.name}: mask '{m}' selects no vertex")
+
+
+def _check_given(prog: CheckedProgram, given: dict, where: str) -> dict[str, int]:
+    """`dims=` of `Program.module`: names of the program's symbolic dims
+    (or N), each an integer >= 1."""
+    import numbers
+    if not isinstance(given, dict):
+        raise TypeError(f"dims must be a dict of dim name -> int, got {type(given).__name__}")
+    known = {"N"} | {e.id for d in prog.inputs.values() for e in (d.type.shape or []) if isinstance(e, ast.Name)}
+    out = {}
+    for k, v in given.items():
+        if k not in known:
+            raise GdslError(f"{where}: dims gives '{k}', which is not a dim of the program's inputs "
+                            f"(they have: {', '.join(sorted(known))})")
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+            raise GdslError(f"{where}: dims gives {k}={v!r}: a dim is an integer >= 1")
+        out[k] = int(v)
+    return out

@@ -329,7 +329,7 @@ class NumbaModule(ReferenceModule):
         if hit is None or hit[0] is not mask or hit[1] != mask._version:
             hit = self._mask_rows = (mask, mask._version, mask.nonzero().squeeze(1))
         rows = hit[2]
-        target = self._input(op.operands[1].owner, None).index_select(0, rows)
+        target = self.loss_target().index_select(0, rows)
         out = out.index_select(0, rows)
         fn = torch.nn.functional.cross_entropy if op.attrs["fn"] == "cross_entropy" else torch.nn.functional.nll_loss
         return fn(out, target)

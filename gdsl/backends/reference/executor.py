@@ -292,7 +292,7 @@ class ReferenceModule(nn.Module):
         name, t = op.attrs["name"], op.result.type
         g = self.gd.graph
         if t.dtype == "i64":
-            return g.labels
+            return g.labels   # None on a graph bound with dims={"C": ...} for inference: loss_target says so
         if t.domain == "edge":
             if name not in self.gd.edge_env:
                 raise KeyError(f"the graph has no edge data '{name}' for input {name}")
@@ -389,11 +389,19 @@ class ReferenceModule(nn.Module):
             raise GdslError(f"model.loss(): mask '{name}' selects no vertex")
         return mask
 
+    def loss_target(self) -> torch.Tensor:
+        """The loss's target input (the labels, or a data input for mse/bce)."""
+        op = self.loss_op.operands[1].owner
+        target = self._input(op, None)
+        if target is None:
+            raise GdslError(f"model.loss(): the graph bound to the module has no labels for input '{op.attrs['name']}'")
+        return target
+
     def loss(self, out: torch.Tensor) -> torch.Tensor:
         """The train block's loss of model output `out`."""
         op = self.loss_op
         self.check_loss_output(out)
-        target = self._input(op.operands[1].owner, None)
+        target = self.loss_target()
         mask = self.loss_mask()
         if mask is not None:
             out, target = out[mask], target[mask]
