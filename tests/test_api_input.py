@@ -151,6 +151,34 @@ def test_pyg_edge_index_must_be_2_by_e():
     assert g.num_edges == 4
 
 
+def test_pyg_layouts_of_labels_and_splits():
+    """OGB's [N, 1] labels read as [N]; [N, S] masks (geom-gcn Planetoid,
+    WikiCS) give column `split`, a 1-d mask is every split's; HeteroData is
+    named. Was: all refused, HeteroData as `edge_index ... got none`."""
+    pyg = pytest.importorskip("torch_geometric.data")
+    x, ei, y = torch.ones(5, 3), torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]]), torch.tensor([0, 1, 0, 1, 0])
+    tm = torch.rand(5, 4, generator=torch.Generator().manual_seed(0)) > 0.5
+    data = pyg.Data(x=x, edge_index=ei, y=y.view(-1, 1), train_mask=tm, test_mask=torch.ones(5, dtype=torch.bool))
+    g = gdsl.Graph.from_pyg(data, split=2)
+    assert g.labels.tolist() == y.tolist() and g.masks["train"].tolist() == tm[:, 2].tolist()
+    assert g.masks["test"].all() and gdsl.Graph.from_pyg(data).masks["train"].tolist() == tm[:, 0].tolist()
+    with pytest.raises(GdslError, match=r"split 4 is not available in train_mask of shape \[5, 4\]"):
+        gdsl.Graph.from_pyg(data, split=4)
+    with pytest.raises(GdslError, match=r"split 1 asked for, but the masks have one split"):
+        gdsl.Graph.from_pyg(pyg.Data(x=x, edge_index=ei, y=y, train_mask=tm[:, 0]), split=1)
+    h = pyg.HeteroData()
+    h["a"].x, h["a", "to", "a"].edge_index = x, ei
+    with pytest.raises(GdslError, match=r"HeteroData graph is not supported; convert it with data.to_homogeneous\(\)"):
+        gdsl.Graph.from_pyg(h)
+
+
+def test_vertex_ids_are_not_booleans_and_builtin_names_ignore_case():
+    for ids in ([True, False], torch.tensor([True, False])):
+        with pytest.raises(GdslError, match="src: expected integer ids"):
+            gdsl.Graph.from_edges(ids, [0, 1], 2)
+    assert gdsl.load_graph("Cora").num_nodes == 2708   # PyG's Planetoid spelling
+
+
 @pytest.mark.parametrize("kw,message", [
     ({"num_nodes": 4.7}, "num_nodes must be an integer >= 0, got 4.7"),
     ({"num_nodes": "4"}, "num_nodes must be an integer >= 0, got '4'"),

@@ -84,8 +84,8 @@ class Graph:
                    train_mask=None, val_mask=None, test_mask=None, masks: dict | None = None,
                    edata: dict | None = None, name: str = "graph", where: str = "graph") -> "Graph":
         """Build a graph from edge lists (numpy arrays, lists or tensors); validated."""
-        src_t = _as_tensor(src, torch.int64, "src")
-        dst_t = _as_tensor(dst, torch.int64, "dst")
+        src_t = _as_tensor(src, torch.int64, "src", ids=True)
+        dst_t = _as_tensor(dst, torch.int64, "dst", ids=True)
         feats = None if features is None else _as_tensor(features, torch.float32, "features")
         if num_nodes is None:
             num_nodes = feats.shape[0] if feats is not None else int(max(src_t.max(), dst_t.max()) + 1) if src_t.numel() else 0
@@ -120,20 +120,32 @@ class Graph:
                               masks=masks, name="dgl")
 
     @classmethod
-    def from_pyg(cls, data) -> "Graph":
-        """Convert a `torch_geometric.data.Data` (edge_index row 0 = source)."""
+    def from_pyg(cls, data, split: int = 0) -> "Graph":
+        """Convert a `torch_geometric.data.Data` (edge_index row 0 = source).
+
+        Masks of shape [N, S] (several splits, as PyG's geom-gcn Planetoid
+        and WikiCS give them) use column `split`; labels of shape [N, 1]
+        (OGB's) are read as [N]."""
+        if hasattr(data, "edge_types") and hasattr(data, "node_types"):
+            raise GdslError("pyg data: a HeteroData graph is not supported; convert it with data.to_homogeneous()")
         ei = getattr(data, "edge_index", None)
         if ei is None or getattr(ei, "dim", lambda: 0)() != 2 or ei.shape[0] != 2:
             got = "none" if ei is None else f"shape {list(getattr(ei, 'shape', []))}"
             raise GdslError(f"pyg data: edge_index must be a [2, E] tensor (row 0 = source), got {got}")
         masks = {k: getattr(data, f"{k}_mask") for k in ("train", "val", "test") if getattr(data, f"{k}_mask", None) is not None}
+        if split and not any(isinstance(m, torch.Tensor) and m.dim() == 2 for m in masks.values()):
+            raise GdslError(f"pyg data: split {split} asked for, but the masks have one split (no [N, S] mask)")
+        masks = {k: _split_column(m, split, f"{k}_mask") for k, m in masks.items()}
+        y = getattr(data, "y", None)
+        if isinstance(y, torch.Tensor) and y.dim() == 2 and y.shape[1] == 1:
+            y = y.view(-1)
         edata = {}
         if getattr(data, "edge_weight", None) is not None:
             edata["weight"] = data.edge_weight  # as a file's `edge_weight` array: `input weight : edge f32`
         if getattr(data, "edge_attr", None) is not None:
             edata["attr"] = data.edge_attr      # [E] or [E, k]: `input attr : edge f32` or `edge f32[k]` (was: dropped)
         return cls.from_edges(ei[0], ei[1], getattr(data, "num_nodes", None), features=getattr(data, "x", None),
-                              labels=getattr(data, "y", None), masks=masks, edata=edata, name="pyg")
+                              labels=y, masks=masks, edata=edata, name="pyg")
 
     # -- checks
     def validate(self, where: str = "graph") -> None:
@@ -255,6 +267,17 @@ class Graph:
         return torch.bincount(self.src, minlength=self.num_nodes).to(torch.float32)
 
 
+def _split_column(mask, split: int, what: str):
+    """Column `split` of an [N, S] mask (PyG's layout of several splits)."""
+    if isinstance(split, bool) or not isinstance(split, numbers.Integral) or split < 0:
+        raise GdslError(f"pyg data: split must be an integer >= 0, got {split!r}")
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 2:
+        return mask   # one mask for every split (WikiCS's test_mask)
+    if split >= mask.shape[1]:
+        raise GdslError(f"pyg data: split {split} is not available in {what} of shape {list(mask.shape)}")
+    return mask[:, split]
+
+
 def _first_occurrence(key: torch.Tensor):
     """Indices of the first occurrence of each distinct key, in original order."""
     uniq, inverse = torch.unique(key, return_inverse=True)
@@ -266,9 +289,11 @@ def _first_occurrence(key: torch.Tensor):
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
-def _as_tensor(x, dtype: torch.dtype, what: str) -> torch.Tensor:
+def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         t = x.detach().cpu()
+    elif ids and isinstance(x, (list, tuple)) and any(isinstance(v, bool) for v in x):
+        raise GdslError(f"{what}: expected integer ids, got booleans")
     else:
         arr = np.asarray(x)
         if arr.dtype == object:
@@ -282,7 +307,7 @@ def _as_tensor(x, dtype: torch.dtype, what: str) -> torch.Tensor:
         t = t.long()   # torch.tensor([]) is float32: an empty edge list
     if t.dtype == torch.uint64 and bool((t.view(torch.int64) < 0).any()):   # would wrap to a negative id
         raise GdslError(f"{what}: value {int(t.numpy().max())} does not fit in int64")
-    if dtype == torch.int64 and (t.is_floating_point() or t.is_complex()):
+    if dtype == torch.int64 and (t.is_floating_point() or t.is_complex() or (ids and t.dtype == torch.bool)):
         raise GdslError(f"{what}: expected integer ids, got {t.dtype}")
     if dtype == torch.bool and t.dtype != torch.bool:
         if t.is_floating_point() or not bool(((t == 0) | (t == 1)).all()):

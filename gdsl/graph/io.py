@@ -28,8 +28,8 @@ def resolve_data(spec: str | None) -> Path:
     """`None` -> embedded Cora; a builtin name -> its file; else a path."""
     if spec is None:
         return builtin_dataset("cora")
-    if spec in BUILTIN and not Path(spec).exists():
-        return builtin_dataset(spec)
+    if isinstance(spec, str) and spec.lower() in BUILTIN and not Path(spec).exists():
+        return builtin_dataset(spec.lower())   # 'Cora', as PyG's Planetoid names it, too
     return Path(spec)
 
 
