@@ -253,8 +253,13 @@ def cmd_plan(args, parser) -> int:
     mem = _mem_per_rank(args, parser)
     from gdsl.cost.profile import describe_profile, load_profile
     profile = load_profile(args.profile)
+    sched = lowered.attrs.get("schedule", {})
+    # as `gdsl compile --np` and `gdsl run --np` do: a partition hint's delay
+    # prices cd-r at that delay and admits the approximate plans
+    hint_delay = sched.get("delay", 0) if sched.get("partition") not in (None, "auto") else 0
     try:
-        result = plan(lowered, {**dims, **row}, args.np_, mem, args.approximate, profile=profile, graph=graph)
+        result = plan(lowered, {**dims, **row}, args.np_, mem, args.approximate, profile=profile, graph=graph,
+                      delay=hint_delay)
     except NoPlanFits as e:
         raise GdslError(str(e)) from None
     if "N" in row and (idle := idle_ranks_warning(args.np_, row["N"])):
@@ -275,9 +280,12 @@ def cmd_plan(args, parser) -> int:
         return 0
     print(describe_profile(profile))
     print(result.choice.table())
-    print("\n* chosen  P Pareto (time vs memory)  ! over the memory per rank")
-    print(f"choice: {result.choice.best.name}\nwhy: {result.choice.reason}")
-    hinted = _plan_hint(lowered.attrs.get("schedule", {}), result, args.np_)
+    approx = any(not c.cost.exact for c in result.choice.candidates)
+    print("\n* chosen  P Pareto (time vs memory)  ! over the memory per rank"
+          + ("  ~ approximate (delayed updates: changes what is trained)" if approx else ""))
+    print(f"choice: {result.choice.best.name}{'' if result.choice.best.cost.exact else ' (approximate)'}"
+          f"\nwhy: {result.choice.reason}")
+    hinted = _plan_hint(sched, result, args.np_)
     if hinted:
         print(hinted["line"])
     if args.json:
@@ -289,7 +297,7 @@ def cmd_plan(args, parser) -> int:
                         "beta": profile.beta, "gamma_spmm": profile.gamma_spmm, "gamma_gemm": profile.gamma_gemm},
             "candidates": [{"plan": c.name, "time": c.time, "compute": c.compute, "comm": c.comm,
                             "words_per_rank": float(c.cost.words), "messages_per_rank": float(c.cost.messages),
-                            "memory_per_rank": c.memory_bytes, "fits": c.fits,
+                            "memory_per_rank": c.memory_bytes, "fits": c.fits, "exact": c.cost.exact,
                             "pareto": any(c is p for p in result.choice.pareto)} for c in result.choice.candidates],
             **({"schedule_hint": {k: v for k, v in hinted.items() if k != "line"}} if hinted else {}),
         })
@@ -309,15 +317,18 @@ def _plan_hint(schedule: dict, result, P: int) -> dict | None:
     choice, ok = hinted_choice(result.choice, hint, delay, P)
     if not ok:
         return {"partition": hint, "applies": False, "executes": result.choice.best.name,
+                "exact": result.choice.best.cost.exact,
                 "line": f"schedule: partition = {hint}: not a plan the cost model prices for P={P}, so "
                         f"`gdsl run --np {P}` and `gdsl compile --np` keep the choice above"}
     if choice.best is result.choice.best:
         line = f"schedule: partition = {hint} names the choice above"
     else:
+        approx = "" if choice.best.cost.exact else ", approximate"
         line = (f"schedule: partition = {hint}: `gdsl run --np {P}` executes {choice.best.name} "
-                f"({fmt_time(choice.best.time)} per epoch predicted) instead of the choice above, and "
+                f"({fmt_time(choice.best.time)} per epoch predicted{approx}) instead of the choice above, and "
                 "`gdsl compile --np` records it (chosen_by=hint)")
-    return {"partition": hint, "applies": True, "executes": choice.best.name, "line": line}
+    return {"partition": hint, "applies": True, "executes": choice.best.name, "exact": choice.best.cost.exact,
+            "line": line}
 
 
 def cmd_calibrate(args, parser) -> int:

@@ -233,12 +233,14 @@ def _fmt_count(x: float) -> str:
 
 def format_table(choice: Choice, limit: int | None = None) -> str:
     """The candidates, fastest first: * chosen, P on the time/memory Pareto front,
-    ! over memory."""
+    ! over memory, ~ approximate (LANGUAGE.md: plans that trade freshness
+    for speed are marked so in the plan table)."""
     front = {id(cd) for cd in choice.pareto}
     head = ("", "plan", "time/epoch", "compute", "comm", "words/rank", "msgs/rank", "memory/rank")
     rows_ = [head]
     for cd in choice.candidates[:limit]:
-        mark = ("*" if cd is choice.best else "") + ("P" if id(cd) in front else "") + ("" if cd.fits else "!")
+        mark = (("*" if cd is choice.best else "") + ("P" if id(cd) in front else "") + ("" if cd.fits else "!")
+                + ("" if cd.cost.exact else "~"))
         rows_.append((mark, cd.name, fmt_time(cd.time), fmt_time(cd.compute), fmt_time(cd.comm),
                       _fmt_count(float(cd.cost.words)), _fmt_count(float(cd.cost.messages)),
                       fmt_bytes(cd.memory_bytes)))

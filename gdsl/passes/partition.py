@@ -9,8 +9,9 @@ words and memory per rank) so the IR dump shows it. Executing plans is the
 distributed runtime's job.
 
 Requires: `ctx.options["plan"]` (set by the compile driver when `--np` is
-given). Ensures: `module.attrs["plan"]` describes the choice, or nothing
-changes when no plan was asked for.
+given). Ensures: `module.attrs["plan"]` describes the choice (with
+`approximate=true`, and `approximate="cd-r"` on each aggregation, for a
+delayed plan), or nothing changes when no plan was asked for.
 """
 from __future__ import annotations
 
@@ -37,6 +38,16 @@ class Partition:
             "memory_per_rank_bytes": int(best.memory_bytes),
             "runner_up": result.runner_up or (runner.name if runner else "none"),
         }
+        if not best.cost.exact:
+            # LANGUAGE.md "Meaning and correctness": a plan that trades freshness
+            # for speed (DistGNN cd-r / 0c: remote partial aggregates late or
+            # never) is marked approximate, on the module and on each
+            # aggregation whose exchange it delays
+            delay = dict(best.cost.params).get("delay")
+            module.attrs["plan"]["approximate"] = True
+            for op in module.main.ops:
+                if op.name in ("aggregate", "gather", "gat_aggregate"):
+                    op.attrs["approximate"] = str(delay)
         if result.hinted:
             module.attrs["plan"]["chosen_by"] = "hint"   # the schedule's partition, as `run --np` executes it
         if result.skipped:
