@@ -98,14 +98,15 @@ def _unapplied_reorders(asked: dict[str, tuple[Span, str]], module: Module) -> l
     """An error for each reorder asked for that the order pass did not carry
     out (was: accepted, and the layer silently ran sparse-first). The pass
     rewrites one form (passes/order.py): the aggregation of one endpoint
-    tensor times a graph constant; a linear message it cannot bring to that
-    form, such as a sum of messages with different edge factors, is refused."""
+    tensor times a graph constant. fold-edge-constants brings sums of such
+    products of one tensor to it (`x * c1 + x / c2 - x`); a linear message
+    it cannot (terms of `x` and `-x`) is refused."""
     done = {op.attrs.get("scope") for op in module.main.ops if op.attrs.get("order_by") == "hint"}
     return [Diagnostic(span, f"{what}: the order pass "
                              "reorders an aggregation whose message is one endpoint tensor times a graph constant "
-                             "(`src.h * rsqrt(src.degree * dst.degree)`), and this one's message does not fold to "
-                             "that form (a sum of messages with different edge factors?); write the message as one "
-                             "product, or leave the order to the compiler")
+                             "(`src.h * rsqrt(src.degree * dst.degree)`, or a sum of such terms of one tensor, "
+                             "`src.h / dst.degree + src.h * 0.5`), and this one's message does not fold to that "
+                             "form; write the message as one product, or leave the order to the compiler")
             for scope, (span, what) in asked.items() if scope not in done]
 
 

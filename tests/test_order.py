@@ -118,17 +118,18 @@ train t { model = M; loss = cross_entropy(Y, mask = train) }
     ("    order = dense_first\n", "18:13", "order = dense_first cannot be carried out for L#1: the order pass"),
 ])
 def test_a_reorder_the_order_pass_cannot_do_is_an_error(tmp_path, schedule, where, what):
-    """A sum of messages with different edge factors is linear, so the hint
-    can hold, but the order pass rewrites only one endpoint tensor times a
-    graph constant. Was: accepted, and the layer ran sparse-first silently."""
-    text = SUM_OF_MESSAGES.replace("MSG", "src.h / max(dst.degree, 1) + src.h * 0.5")
+    """A message of terms in `x` and `-x` is linear, so the hint can hold,
+    but fold-edge-constants does not factor it to the one form the order
+    pass rewrites (an endpoint tensor times a graph constant). Was: accepted,
+    and the layer ran sparse-first silently."""
+    text = SUM_OF_MESSAGES.replace("MSG", "src.h * 0.5 - (-src.h) / max(dst.degree, 1)")
     f = tmp_path / "p.gd"
     f.write_text(text + "schedule {\n" + schedule + "}\n")
     code, _, err = run_gdsl(["compile", str(f)])
     assert code == 1 and f"{f}:{where}: error: {what}" in err, err
     assert "write the message as one product" in err
     # the same message as one product: carried out
-    f.write_text(SUM_OF_MESSAGES.replace("MSG", "src.h * (1 / max(dst.degree, 1) + 0.5)")
+    f.write_text(SUM_OF_MESSAGES.replace("MSG", "src.h * (0.5 + 1 / max(dst.degree, 1))")
                  + "schedule {\n" + schedule + "}\n")
     code, out, err = run_gdsl(["compile", str(f), "--data", "cora"])
     assert code == 0, err
@@ -136,6 +137,36 @@ def test_a_reorder_the_order_pass_cannot_do_is_an_error(tmp_path, schedule, wher
     # a sparse-first hint with autograd's backward is what runs anyway: accepted
     f.write_text(text + "schedule {\n    order L#1 = sparse_first\n}\n")
     assert run_gdsl(["compile", str(f)])[0] == 0
+
+
+@pytest.mark.parametrize("msg", ["src.h / max(dst.degree, 1) + src.h * 0.5",
+                                 "src.h * 0.25 + src.h / max(dst.degree, 1) + 0.25 * src.h",
+                                 "src.h + src.h / max(dst.degree, 1) - src.h * 0.5"])
+@pytest.mark.parametrize("order", ["sparse_first", "dense_first"])
+def test_a_sum_of_edge_factored_terms_folds_and_reorders(msg, order):
+    """`x * c1 + x / c2 - x` with graph constants c is linear in x:
+    fold-edge-constants factors it into `x * w` with one edge constant, so
+    both orders run it and give the numbers of the message written as one
+    product. Was: dense_first was refused (a sum of messages with different
+    edge factors), and every term was an [E, F] product."""
+    g = random_graph(n=40, e=200, f=12, c=3, seed=4)
+    one = SUM_OF_MESSAGES.replace("MSG", "src.h * (0.5 + 1 / max(dst.degree, 1))")
+    outs = []
+    for src in (one, _with(SUM_OF_MESSAGES.replace("MSG", msg), f"    order = {order}")):
+        prog = gdsl.compile(src)
+        ops = prog.bind(g).module.main.ops
+        assert [op.attrs.get("msg") for op in ops if op.name == "aggregate"] == ["mul", "mul"]
+        assert sum(op.name == "edge_const" for op in ops) == 1
+        torch.manual_seed(0)
+        model = prog.module(g, backend="reference")
+        if outs:
+            model.load_state_dict(outs[0][0].state_dict())
+            assert all(op.attrs["order"] == order for op in ops if op.name == "aggregate")
+        outs.append((model, model.loss(model())))
+        outs[-1][1].backward()
+    torch.testing.assert_close(outs[0][1], outs[1][1], rtol=1e-5, atol=1e-6)
+    for p, q in zip(outs[0][0].parameters(), outs[1][0].parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6)
 
 
 @pytest.mark.parametrize("order", ["sparse_first", "dense_first"])

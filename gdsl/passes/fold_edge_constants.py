@@ -10,8 +10,10 @@ for vertex constants; `src_degree`, `dst_degree`, `src_out_degree`,
 
 A chain of factors is first regrouped, `(x * c1) * c2 -> x * (c1 * c2)`
 (`reassociate`), so `src.h * rsqrt(src.degree) * rsqrt(dst.degree)` folds to
-one constant. Division by such a constant becomes multiplication by its
-reciprocal, so messages always take the form `src.x * w`.
+one constant, and a sum of such products of one value is factored,
+`x * c1 - x * c2 -> x * (c1 - c2)` (`factor_out`). Division by such a
+constant becomes multiplication by its reciprocal, so messages always take
+the form `src.x * w`.
 
 Requires: canonicalized IR. Ensures: no scalar-per-edge subexpression made of
 graph constants is recomputed per epoch; no `div` by an `edge_const`.
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from gdsl.ir.core import Module, Op, Value
+from gdsl.ir.core import Module, Op, Type, Value
 from gdsl.passes.base import PassContext
 from gdsl.passes.canonicalize import cse
 
@@ -40,7 +42,7 @@ class FoldEdgeConstants:
 
     def run(self, module: Module, ctx: PassContext) -> Module:
         f = module.main
-        while self.reassociate(f):
+        while self.reassociate(f) or self.factor_out(f):
             pass
         const = self.constants(f)
         users = f.uses()
@@ -114,6 +116,64 @@ class FoldEdgeConstants:
             c = Value(etype, "")
             f.ops[i:i + 1] = [Op(name, [l, r], c, attrs, op.span),
                               Op(outer, [x, c], op.result, op.attrs, op.span)]
+            f.dead_code_elim()
+            return True
+        return False
+
+    @classmethod
+    def factor_out(cls, f) -> bool:
+        """One round of `x * c1 + x * c2 -> x * (c1 + c2)` (and `-`; a term
+        may be `x / c`, or `x` itself with coefficient 1), where x is one
+        value that is not a graph constant and c1, c2 are per-edge scalar
+        constants or numbers, at least one per-edge: a message summed from
+        terms with different edge factors, `src.h / dst.degree + src.h *
+        0.5`, is linear in x and becomes `src.x * w`, the form the order
+        pass reorders.  Only where each product has no other use.  True if
+        it rewrote."""
+        const = cls.constants(f)
+        users = f.uses()
+
+        def scalar(c: Value) -> bool:
+            return c in const and c.type.shape == ()
+
+        def term(v: Value):
+            """(x, how, c): v is x * c ("mul"), x / c ("div") or x ("one", c None)."""
+            op = v.owner
+            if (op is not None and op.name in ("mul", "div") and v not in f.results
+                    and len(users.get(v, [])) == 1):
+                a, b = op.operands
+                if scalar(b) and a not in const:
+                    return a, op.name, b
+                if op.name == "mul" and scalar(a) and b not in const:
+                    return b, "mul", a
+            return (v, "one", None) if v not in const else None
+
+        for i, op in enumerate(f.ops):
+            if op.name not in ("add", "sub") or op.result.type.domain != "edge" or op.result in const:
+                continue
+            p, q = term(op.operands[0]), term(op.operands[1])
+            if p is None or q is None or p[0] is not q[0] or p[0].type != op.result.type:
+                continue
+            if "edge" not in {c.type.domain for _, _, c in (p, q) if c is not None}:
+                continue   # numbers only (x * 2 + x): leave them to canonicalize
+            attrs = {k: op.attrs[k] for k in ("scope", "stage") if k in op.attrs}
+            new: list[Op] = []
+
+            def coefficient(how: str, c: Value | None) -> Value:
+                if how == "mul":
+                    return c
+                one = Value(Type("scalar", "f32", ()), "")
+                new.append(Op("const", [], one, {"value": 1.0, **attrs}, op.span))
+                if how == "one":
+                    return one
+                r = Value(c.type if c.type.domain == "edge" else one.type, "")
+                new.append(Op("div", [one, c], r, attrs, op.span))
+                return r
+
+            c1, c2 = coefficient(p[1], p[2]), coefficient(q[1], q[2])
+            c = Value(Type("edge", "f32", ()), "")
+            f.ops[i:i + 1] = new + [Op(op.name, [c1, c2], c, attrs, op.span),
+                                    Op("mul", [p[0], c], op.result, op.attrs, op.span)]
             f.dead_code_elim()
             return True
         return False

@@ -58,6 +58,7 @@ import sympy
 
 from gdsl.ir.core import Module, Op, Value
 from gdsl.passes.base import PassContext
+from gdsl.passes.canonicalize import cse
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ class Order:
                     continue
                 out.extend(rewrites.get(op, [op]))
             f.ops = out
+            cse(f)   # a reordered `h @ W` the layer also computes (`a @ W + h @ W`) runs once
         return module
 
     @staticmethod
