@@ -1,6 +1,7 @@
 """Order hints that cannot hold, loss/target checks, N and E as static values."""
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -174,3 +175,15 @@ def test_partition_hint_takes_what_the_partition_flag_takes(hint):
     recorded = gdsl.compile(text).checked.schedule["partition"]
     a, b = parse_spec(recorded), parse_spec(hint)
     assert (a.strategy, a.arg) == (b.strategy, b.arg)
+
+
+def test_a_loss_over_every_vertex_reports_its_accuracy():
+    """`loss = cross_entropy(Y)` (no mask) and no eval: the accuracy over the
+    loss's rows, every vertex, as `all_acc` (was: no accuracy at all)."""
+    src = (ROOT / "programs" / "gcn.gd").read_text()
+    src = re.sub(r"loss\s*=\s*cross_entropy\(Y, mask = train\)", "loss = cross_entropy(Y)", src)
+    src = re.sub(r"\n\s*eval\s*=.*", "", src)
+    g = random_graph(n=30, e=90, f=4, c=3)
+    r = gdsl.train(gdsl.compile(src), g, backend="reference", epochs=2)
+    assert set(r.epochs[-1].metrics) == {"all_acc"}
+    assert "eval" not in src and 0.0 <= r.final["all_acc"] <= 1.0

@@ -319,15 +319,14 @@ def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, histo
     """Full-batch training of one rank's model; returns the per-epoch records
     (global loss and accuracies; with `traffic`, bytes per collective)."""
     from gdsl.runtime.trainer import (
+        accuracy_masks,
         make_optimizer,
         nonfinite_loss,
         optimizer_step,
         reports_accuracy,
     )
     opt = opt or make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
-    evals = [m for _, m in cfg.eval]
-    loss_mask = cfg.loss.mask if cfg.loss else None
-    names = ([loss_mask] if loss_mask and loss_mask not in evals else []) + evals
+    names = accuracy_masks(cfg)
     history = history if history is not None else []
     fail_at = os.environ.get("GDSL_TEST_FAIL_AT")  # test hook: "rank:epoch" raises there
     comm.stats.take()

@@ -92,6 +92,15 @@ def accuracy(out: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None)
     return float((pred == labels).float().mean())
 
 
+def accuracy_masks(cfg) -> list[str | None]:
+    """The masks accuracy is reported on, each once: the loss's (its
+    training rows; None: a loss over every vertex, reported as `all_acc`),
+    then the eval block's."""
+    evals = [m for _, m in cfg.eval]
+    lead = [cfg.loss.mask] if cfg.loss is not None and cfg.loss.mask not in evals else []
+    return list(dict.fromkeys(lead + evals))
+
+
 def reports_accuracy(model) -> bool:
     """Whether accuracy (argmax, or a single logit's sign, against the graph's
     labels) means anything: the graph has labels and the loss, if any, is
@@ -138,9 +147,7 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
     opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
     n_epochs = epochs if epochs is not None else cfg.epochs
     labels = graph.labels
-    evals = [m for _, m in cfg.eval]
-    loss_mask = cfg.loss.mask if cfg.loss else None
-    names = ([loss_mask] if loss_mask and loss_mask not in evals else []) + evals
+    names = accuracy_masks(cfg)
     if not reports_accuracy(model):
         names = []  # accuracy needs class labels as the loss's target
     result = TrainResult()
