@@ -217,7 +217,11 @@ def cmd_plan(args, parser) -> int:
         parser.error("--np must be at least 1")
     if args.json:
         from gdsl.runtime.files import check_json_path
-        check_json_path(args.json)   # before the planning, not after it
+        data = None
+        if args.data:
+            from gdsl.graph.io import resolve_data   # imports torch: only with --data
+            data = resolve_data(args.data)
+        check_json_path(args.json, inputs=(args.program, data))   # before the planning, not after it
     source = read_source(args.program)
     dims: dict[str, int] = {}
     graph = None
@@ -441,7 +445,7 @@ def cmd_run(args, parser) -> int:
     if args.np_ is not None and args.np_ < 1:
         parser.error(f"--np must be at least 1, got {args.np_}")
     if args.json:
-        check_json_path(args.json)   # before training, not after it
+        check_json_path(args.json, inputs=(args.program, resolve_data(args.data)))   # before training, not after
     prog = gdsl.compile(args.program, train=args.train, **_overrides(args.set, parser))
     cfg = prog.train
     if cfg is None:
@@ -490,6 +494,8 @@ def cmd_partition(args, parser) -> int:
 
     if args.np_ < 1:
         parser.error("--np must be at least 1")
+    if not args.out.strip():
+        parser.error("--out: empty (give a directory)")   # was: the files went to the working directory
     prog = gdsl.compile(args.program, train=args.train, **_overrides(args.set, parser))
     graph = load_graph(resolve_data(args.data))
     return run_partition(args, prog, graph)
@@ -512,7 +518,9 @@ def _out_of_memory(e: RuntimeError) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:   # the command's usage and `gdsl COMMAND: error:` (was: the top-level usage)
+        (getattr(args, "command_parser", None) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     debug = os.environ.get("GDSL_DEBUG") == "1"
     # `gdsl run`: SIGTERM / SIGHUP stop it as Ctrl-C does (the trainer keeps what it
     # trained; --json is written); a rank under mpiexec has its own handling (gdsl/dist)

@@ -370,3 +370,63 @@ def test_feature_dims_may_override_the_data(capsys):
 def test_symbolic_plan_names_the_dims_still_missing(capsys):
     rc, out, _ = run(capsys, "plan", str(PROGRAMS / "gcn.gd"), "--np", "4", "--dims", "N=10,E=5")
     assert rc == 0 and "sizes are symbolic (give --data, or --dims with C, F)" in out
+
+
+def test_a_run_stopped_while_binding_writes_its_json(tmp_path, monkeypatch, capsys):
+    """Ctrl-C after the header line, while the model is built (Numba loads or
+    compiles its kernels: seconds on a cold cache): `interrupted after 0
+    epochs`, exit 130, and --json with no epoch and `final` {} as cli.md says.
+    Was: `gdsl: interrupted` and no file."""
+    import json
+
+    from gdsl.api import Program
+    from gdsl.cli import main
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(Program, "module", interrupted)
+    out = tmp_path / "run.json"
+    assert main(["run", str(PROGRAMS / "gcn.gd"), "--json", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert "gdsl: interrupted after 0 epochs" in err and "Traceback" not in err
+    data = json.loads(out.read_text())
+    assert data["interrupted"] is True and data["epochs"] == [] and data["final"] == {}
+
+
+def test_json_never_replaces_a_device_a_pipe_or_an_input(tmp_path, capsys):
+    """--json writes by an atomic rename, which would replace `/dev/null`
+    (as root), a FIFO, the program or the data file by a JSON file. Was:
+    all accepted, `wrote /dev/full`."""
+    from gdsl.cli import main
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    prog = tmp_path / "g.gd"
+    prog.write_text((PROGRAMS / "gcn.gd").read_text())
+    data = tmp_path / "cora.npz"
+    data.write_bytes((ROOT / "gdsl" / "data" / "cora.npz").read_bytes())
+    for cmd, target, message in [
+            (["run", str(prog)], "/dev/null", "not a regular file"),
+            (["run", str(prog)], str(fifo), "not a regular file"),
+            (["run", str(prog)], str(prog), "is this run's input"),
+            (["run", str(prog), "--data", str(data)], str(data), "is this run's input"),
+            (["plan", str(prog), "--np", "2", "--data", str(data)], str(data), "is this run's input")]:
+        assert main([*cmd, "--json", target]) == 1, cmd
+        err = capsys.readouterr().err
+        assert f"--json {target}: {message}" in err and "Traceback" not in err, err
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null") and fifo.is_fifo()
+    assert prog.read_text() == (PROGRAMS / "gcn.gd").read_text()
+
+
+def test_usage_errors_name_the_command(tmp_path, capsys):
+    """An unknown option prints the command's usage and `gdsl COMMAND: error:`
+    (was: the top-level usage); `partition --out ''` is a usage error (was:
+    the files went to the working directory)."""
+    from gdsl.cli import main
+    for argv, message in [(["compile", str(PROGRAMS / "gcn.gd"), "--bogus"], "gdsl compile: error: unrecognized arguments: --bogus"),
+                          (["run", str(PROGRAMS / "gcn.gd"), "extra"], "gdsl run: error: unrecognized arguments: extra"),
+                          (["partition", str(PROGRAMS / "gcn.gd"), "--np", "2", "--out", ""],
+                           "gdsl partition: error: --out: empty (give a directory)")]:
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and message in err and f"usage: gdsl {argv[0]}" in err, err

@@ -149,8 +149,9 @@ def check_outputs(args) -> None:
     """--json FILE and --checkpoint DIR can be written: checked before the
     ranks start, not found out after training."""
     if getattr(args, "json", None):
+        from gdsl.graph.io import resolve_data
         from gdsl.runtime.files import check_json_path
-        check_json_path(args.json)
+        check_json_path(args.json, inputs=(getattr(args, "program", None), resolve_data(getattr(args, "data", None))))
     if getattr(args, "checkpoint", None):
         p = Path(args.checkpoint)
         if p.exists() and not p.is_dir():

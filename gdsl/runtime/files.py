@@ -21,12 +21,20 @@ def _finite_or_null(x):
     return x
 
 
-def check_json_path(path: str, flag: str = "--json") -> None:
+def check_json_path(path: str, flag: str = "--json", inputs=()) -> None:
     """Refuse an unusable output file (--json, calibrate's --out) before the
-    work, not after it (single-process and `--np` runs alike)."""
+    work, not after it (single-process and `--np` runs alike): a directory,
+    a device or pipe (the atomic rename would replace `/dev/null` with a
+    file), one of the run's `inputs` (the program, the data file)."""
     p = Path(path)
     if p.is_dir():
         raise GdslError(f"{flag} {p}: is a directory (give a file name)")
+    if p.exists() and not p.is_file():
+        raise GdslError(f"{flag} {p}: not a regular file (a device or pipe would be replaced by a file; give a "
+                        "file name)")
+    for i in inputs:
+        if i is not None and p.exists() and Path(i).exists() and p.resolve() == Path(i).resolve():
+            raise GdslError(f"{flag} {p}: is this run's input {i} (it would be overwritten; give another name)")
     parent = p.parent
     if not parent.exists():
         raise GdslError(f"{flag} {p}: no such directory: {parent}")

@@ -140,7 +140,12 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
                       "implemented yet: training full-batch instead", stacklevel=2)
     check_masks(program.checked, graph)
     torch.manual_seed(seed)
-    model = program.module(graph, backend=backend)
+    try:
+        model = program.module(graph, backend=backend)   # compiles the kernels: seconds on a cold cache
+    except (KeyboardInterrupt, Terminated) as e:   # before any epoch: an empty result (`--json` with final {})
+        result = TrainResult()
+        result.signal = e.signum if isinstance(e, Terminated) else signal.SIGINT
+        return result
     model.dropout_seed = seed
     if not any(p.requires_grad for p in model.parameters()):
         raise GdslError(f"{program.file}: model '{cfg.model}' has no params to train (declare a param in one of its layers)")
