@@ -220,6 +220,8 @@ class Checker:
     def pick_train(self) -> None:
         trains = self.out.trains
         if not trains:
+            if self.train_name is not None:   # was: ignored (exit 0) where a program with train blocks refuses it
+                raise GdslError(f"{self.p.file}: no train block named '{self.train_name}' (the program has none)")
             return
         if self.train_name is not None:
             if self.train_name not in trains:   # the caller's choice (--train), not a place in the source
