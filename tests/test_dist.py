@@ -79,7 +79,9 @@ def _configs(P: int) -> list[dict]:
 
 
 def run_driver(P: int, configs: list[dict], timeout: int = 1500, env: dict | None = None) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT), **(env or {})}
+    # keep what the caller's PYTHONPATH adds (packages carried to a GPU machine)
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **(env or {})}
     r = subprocess.run([MPIEXEC, "-n", str(P), sys.executable, str(DRIVER), json.dumps(configs)],
                        capture_output=True, text=True, timeout=timeout, env=env)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
