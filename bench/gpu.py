@@ -194,13 +194,14 @@ def main() -> None:
 
     import gdsl
     from gdsl.backends.triton import ops as tops
+    from gdsl.backends.triton.module import dropout_masks_setting
     from gdsl.runtime.trainer import make_optimizer
 
     res: dict = {"graph": "rmat256 (smoke)" if a.smoke else a.graph, "smoke": a.smoke,
                  "started": time.strftime("%Y-%m-%d %H:%M:%S"), "host": platform.node(),
                  "versions": {"torch": torch.__version__, "triton": triton.__version__,
                               "python": platform.python_version()},
-                 "checks": [], "rows": []}
+                 "checks": [], "rows": [], "gdsl_dropout_masks": dropout_masks_setting()}
     if device.type == "cuda":
         p = torch.cuda.get_device_properties(device)
         res["device"] = {"name": p.name, "sms": p.multi_processor_count, "memory_gib": round(p.total_memory / GIB, 1),
@@ -430,6 +431,8 @@ def report(res: dict) -> str:
               f"best of 10): {bw / 1e9:.0f} GB/s"),
              f"- graph {res['graph']}: N = {res['n']:,}, E = " + ", ".join(f"{v} {e:,}" for v, e in res["e"].items())
              + f"; f = {common.F}",
+             (f"- gdsl's training steps draw their dropout masks: {res.get('gdsl_dropout_masks', 'reference')} "
+              "(GDSL_TRITON_DROPOUT; `reference`: the CPU backends' masks, drawn on the host and copied over)"),
              "", "## Checks (before timing)", "", "| check | max rel. error | |", "|---|---|---|"]
     for c in res["checks"]:
         lines.append(f"| {c['check']} | {c['max_rel_err']:.1e} | {'ok' if c['ok'] else 'MISMATCH'} |")

@@ -294,6 +294,8 @@ def write_report(path: Path, res: dict) -> None:
              "sparse CSR adjacency instead of `edge_index` (see Notes). The issue's DGL figures are quoted for "
              "comparison with the DGL times measured here.")
     L.append("")
+    L.append("The Triton backend on a GPU (against torch.sparse and PyG, with the device named) is benchmarked by `bench/gpu.py`: `RESULTS-gpu.md`.")
+    L.append("")
     for g, ginfo in res["graphs"].items():
         L.append(f"## {g}: {ginfo['kind']}, N = {ginfo['n']:,}, E = {ginfo['e_raw']:,} "
                  f"(with self loops {ginfo['e_loops']:,}; symmetric + self loops {ginfo['e_sym_loops']:,})")

@@ -94,11 +94,13 @@ def test_example_programs_run_their_graph_ops_on_triton():
 @needs_kernels
 @pytest.mark.filterwarnings("ignore:train block")
 @pytest.mark.parametrize("name", ["gcn", "sage", "gat"])
-def test_training_matches_reference(name):
+def test_training_matches_reference(name, monkeypatch):
     """Three epochs of full-batch training (dropout on: the backend draws the
-    reference's masks) give the reference's losses and accuracies."""
+    reference's masks; on a GPU because GDSL_TRITON_DROPOUT=reference asks
+    for them) give the reference's losses and accuracies."""
     from gdsl.runtime.trainer import train
 
+    monkeypatch.setenv("GDSL_TRITON_DROPOUT", "reference")
     g = _graph_for("", seed=3)
     prog = _compile(ROOT / "programs" / f"{name}.gd")
     r1 = train(prog, g, backend="reference", epochs=3, seed=5)
@@ -145,6 +147,33 @@ def test_no_gpu_is_a_clear_error(monkeypatch):
     assert prog.default_backend == "triton"
     with pytest.raises(GdslError, match="no CUDA GPU"):
         prog.module(g)
+
+
+@needs_kernels
+def test_dropout_masks_setting(monkeypatch):
+    """GDSL_TRITON_DROPOUT picks a new module's dropout masks; a wrong value is
+    a clear error at the module, as is a wrong `dropout_masks` at the first
+    dropout.  On the CPU (the interpreter) both are the reference's masks."""
+    g = _graph_for("", seed=3)
+    prog = _compile(ROOT / "programs" / "gcn.gd")
+    monkeypatch.setenv("GDSL_TRITON_DROPOUT", "gpu")
+    with pytest.raises(GdslError, match="GDSL_TRITON_DROPOUT must be one of device, reference, not 'gpu'"):
+        prog.module(g, backend="triton")
+    monkeypatch.setenv("GDSL_TRITON_DROPOUT", "reference")
+    assert prog.module(g, backend="triton").dropout_masks == "reference"
+    monkeypatch.delenv("GDSL_TRITON_DROPOUT")
+    m = prog.module(g, backend="triton")
+    assert m.dropout_masks == "device"
+    if m.device.type == "cpu":
+        ref = prog.module(g, backend="reference")
+        ref.load_state_dict(m.state_dict())
+        torch.manual_seed(0)
+        a = m().detach()
+        torch.manual_seed(0)
+        torch.testing.assert_close(a, ref(), rtol=1e-4, atol=1e-5)   # training mode: the same masks
+    m.dropout_masks = "host"
+    with pytest.raises(GdslError, match="dropout_masks must be one of device, reference, not 'host'"):
+        m()
 
 
 def test_missing_triton_is_a_clear_error(monkeypatch):
@@ -226,5 +255,44 @@ def test_on_the_gpu(name, monkeypatch):
     tr.output_device = None
     assert tr().is_cuda
     r1 = train(prog, g, backend="reference", epochs=3, seed=5)
+    monkeypatch.setenv("GDSL_TRITON_DROPOUT", "reference")   # the reference's masks, drawn on the host
     r2 = train(prog, g, backend="triton", epochs=3, seed=5)
     assert [e.loss for e in r2.epochs] == pytest.approx([e.loss for e in r1.epochs], rel=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_dropout_masks_on_the_gpu(monkeypatch):
+    """On a GPU the default draws dropout masks there (a CUDA generator seeded
+    per seed, step and op as the reference seeds its CPU one): the same seed
+    and step give the same mask, the next step another, about 1 - p of the
+    entries kept, and not the reference's mask (that is what "reference"
+    gives, bit for bit)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    g = _graph_for("", seed=9)
+    prog = _compile(ROOT / "programs" / "gcn.gd")
+    ref = prog.module(g, backend="reference")
+    tr = prog.module(g, backend="triton")
+    assert tr.dropout_masks == "device"
+    x = torch.ones(2000, 64, device="cuda")
+
+    def mask(m, step):   # the first dropout's mask (each module has its own IR's ops)
+        drop = next(op for op in m.ir.main.ops if op.name == "dropout")
+        m.dropout_seed, m._mask_step = 5, step
+        return m._keep(drop, x if m is tr else x.cpu(), drop.attrs["p"]).cpu()
+
+    a, b, c = mask(tr, 1), mask(tr, 1), mask(tr, 2)
+    assert a.device.type == "cpu" and torch.equal(a, b) and not torch.equal(a, c)
+    assert abs(a.float().mean().item() - 0.5) < 0.01   # gcn.gd's p = 0.5
+    want = mask(ref, 1)
+    assert not torch.equal(a, want)
+    tr.dropout_masks = "reference"
+    assert torch.equal(mask(tr, 1), want)
+    tr.dropout_masks = "Device"
+    with pytest.raises(GdslError, match="dropout_masks must be one of device, reference, not 'Device'"):
+        mask(tr, 1)
+    # a training run on device masks is reproducible
+    from gdsl.runtime.trainer import train
+    monkeypatch.delenv("GDSL_TRITON_DROPOUT", raising=False)
+    r1, r2 = (train(prog, g, backend="triton", epochs=3, seed=5) for _ in range(2))
+    assert [e.loss for e in r1.epochs] == [e.loss for e in r2.epochs]

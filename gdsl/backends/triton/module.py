@@ -18,11 +18,22 @@ TRITON_INTERPRET=1).  `forward()` returns the output on `output_device`
 (default: where the graph's features are, so that callers that compare it
 with the graph's labels, as the trainer's accuracy does, keep working);
 set `module.output_device = None` to keep it on the GPU (benchmarks).
-`loss()` takes an output on either device.  Dropout draws the reference's
-masks (a CPU generator seeded per step and op) and copies them over, so
-runs match the reference backend bit for bit in their masks.
+`loss()` takes an output on either device.
+
+Dropout masks (`dropout_masks`): on a GPU, "device" (the default) draws
+each mask there from a CUDA generator seeded as the reference seeds its CPU
+one (per seed, step and op): reproducible run to run, but not the CPU
+backends' masks, as torch's own dropout differs between devices.
+"reference" (or GDSL_TRITON_DROPOUT=reference when the module is built)
+draws the reference's masks on the host and copies them over, so a run
+matches the reference backend bit for bit in its masks; that costs a host
+RNG pass and a host-to-device copy per dropout (bench/gpu_profile.py: 9 ms
+of a 22 ms GCN step on a 20k x 128 graph, on an H100 machine).  Under
+TRITON_INTERPRET=1 both are the reference's masks (the device is the CPU).
 """
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -30,10 +41,21 @@ from gdsl.backends import eager_under_torch_compile
 from gdsl.backends.reference.executor import ReferenceModule
 from gdsl.backends.reference.linear import drop_fusions, run_linear
 from gdsl.backends.triton import default_device
+from gdsl.diagnostics import GdslError
 from gdsl.graph.graph import Graph
 from gdsl.ir.core import Module, Op
 
 FUSED_OPS = ("aggregate", "sddmm", "gat_aggregate", "edge_softmax")
+DROPOUT_MASKS = ("device", "reference")
+
+
+def dropout_masks_setting() -> str:
+    """Where a new module's dropout masks come from: $GDSL_TRITON_DROPOUT
+    ("device" when unset; the module docstring says what each means)."""
+    v = os.environ.get("GDSL_TRITON_DROPOUT", "") or "device"
+    if v not in DROPOUT_MASKS:
+        raise GdslError(f"GDSL_TRITON_DROPOUT must be one of {', '.join(DROPOUT_MASKS)}, not {v!r}")
+    return v
 
 
 def kernel_signature(op: Op) -> tuple[str, dict] | None:
@@ -110,6 +132,7 @@ class TritonModule(ReferenceModule):
         self.output_device = (feats.device if feats is not None else torch.device("cpu")) \
             if output_device == "graph" else output_device
         self.tg = TritonGraph.build(self.gd.src, self.gd.dst, self.gd.num_nodes, self.device)
+        self.dropout_masks = dropout_masks_setting()
         self._kernels = {op: kernel_signature(op) for op in module.main.ops}
         self._fused, self._skip = plan_fusion(module) if fuse else ({}, set())
         drop_fusions(self._fused, self._skip, self._lin_anchor, self._lin_skip)
@@ -153,7 +176,12 @@ class TritonModule(ReferenceModule):
         return self._on_device(op.attrs["name"], t)
 
     def dropout_keep(self, op: Op, x: torch.Tensor, gen: torch.Generator, p: float) -> torch.Tensor:
-        return super().dropout_keep(op, x, gen, p).to(x.device)
+        if self.dropout_masks not in DROPOUT_MASKS:
+            raise GdslError(f"dropout_masks must be one of {', '.join(DROPOUT_MASKS)}, not {self.dropout_masks!r}")
+        if self.dropout_masks == "reference" or x.device.type == "cpu":
+            return super().dropout_keep(op, x, gen, p).to(x.device)
+        on_device = torch.Generator(device=x.device).manual_seed(gen.initial_seed())   # the reference's seed
+        return torch.rand(x.shape, generator=on_device, device=x.device) >= p
 
     def loss(self, out: torch.Tensor) -> torch.Tensor:
         self.check_loss_output(out)
