@@ -1,11 +1,13 @@
 """Where a training step of the Triton backend spends its time on a GPU.
 
-    python bench/gpu_profile.py --graph rmat20k --ops gcn_epoch,gat_epoch
+    python bench/gpu_profile.py --graph rmat20k --ops gcn_epoch,gat_epoch,copy_sum
 
-Builds the same models as bench/gpu.py's epoch ops, runs a few warm-up steps
-(compilation and autotuning) and then profiles `--steps` steps with
-torch.profiler: prints the ops by host (CPU) time and by device time, and the
-step's wall time with and without the profiler.  A diagnosis tool: nothing is
+Builds the same models as bench/gpu.py's ops (an epoch op: a training step;
+copy_sum / copy_mean: the aggregation program's forward), runs a few
+warm-up calls (compilation and autotuning) and then profiles `--steps` calls
+with torch.profiler: prints the ops by host (CPU) time and by device time,
+and the call's wall time without the profiler.  Where the device time per
+call is far below the wall time, the host (Python, launches) is the limit.  A diagnosis tool: nothing is
 written, nothing asserted.
 """
 from __future__ import annotations
@@ -22,12 +24,19 @@ for p in (str(HERE), str(HERE.parent)):
         sys.path.insert(0, p)
 
 import graphs
+import torch
 
 EPOCHS = {"gcn_epoch": "gcn128.gd", "sage_epoch": "sage128.gd", "gat_epoch": "gat4x32.gd"}
+AGGREGATIONS = {"copy_sum": "copy_sum.gd", "copy_mean": "copy_mean.gd"}
 
 
 def step(m, opt) -> None:
-    """One full-batch training step, as bench/gpu.py times it."""
+    """One full-batch training step, as bench/gpu.py times it (opt None: a
+    forward without autograd, as it times the aggregations)."""
+    if opt is None:
+        with torch.no_grad():
+            m()
+        return
     m.train()
     opt.zero_grad(set_to_none=True)
     m.loss(m()).backward()
@@ -41,8 +50,10 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--rows", type=int, default=25)
     a = ap.parse_args()
+    unknown = sorted(set(a.ops.split(",")) - set(EPOCHS) - set(AGGREGATIONS))
+    if unknown:
+        ap.error(f"unknown ops {unknown}; known: {', '.join([*EPOCHS, *AGGREGATIONS])}")
 
-    import torch
     from torch.profiler import ProfilerActivity, profile
 
     import gdsl
@@ -56,10 +67,11 @@ def main() -> None:
     g = gdsl.Graph.from_edges(src, dst, n, features=x, labels=y, train_mask=train, name=a.graph)
     for op in a.ops.split(","):
         torch.manual_seed(0)
-        prog = gdsl.compile(str(HERE / "programs" / EPOCHS[op]))
+        prog = gdsl.compile(str(HERE / "programs" / {**EPOCHS, **AGGREGATIONS}[op]))
         m = prog.module(g, backend="triton")
         m.output_device = None
-        opt = make_optimizer(prog.train.optimizer, prog.train.optimizer_args, m.parameters())
+        opt = make_optimizer(prog.train.optimizer, prog.train.optimizer_args, m.parameters()) \
+            if op in EPOCHS else None
 
         for _ in range(3):
             step(m, opt)
@@ -73,7 +85,10 @@ def main() -> None:
             for _ in range(a.steps):
                 step(m, opt)
             torch.cuda.synchronize()
-        print(f"\n===== {op} on {a.graph}: {plain * 1e3:.2f} ms per step (no profiler)")
+        busy = sum(e.time_range.elapsed_us() for e in prof.events()   # kernels and copies, on the device
+                   if e.device_type == torch.autograd.DeviceType.CUDA) / 1e3 / a.steps
+        print(f"\n===== {op} on {a.graph}: {plain * 1e3:.3f} ms per call (no profiler); "
+              f"device busy {busy:.3f} ms per call")
         ka = prof.key_averages()
         print(ka.table(sort_by="self_cpu_time_total", row_limit=a.rows, max_name_column_width=60))
         print(ka.table(sort_by="self_device_time_total", row_limit=a.rows, max_name_column_width=60))
