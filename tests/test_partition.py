@@ -133,6 +133,15 @@ def test_edge_cut_metis_finds_the_two_cliques():
     assert len(set(owner[:6])) == 1 and len(set(owner[6:])) == 1 and owner[0] != owner[6]
 
 
+def test_edge_cut_metis_with_more_parts_than_vertices_is_one_vertex_per_part(capfd):
+    """Was: METIS printed "***Cannot bisect a graph with 0 vertices!" (and
+    "too many parts") to stdout, thousands of lines into `gdsl plan`'s output."""
+    pytest.importorskip("pymetis")
+    src, dst = np.array([0, 1, 2, 3, 4]), np.array([1, 2, 3, 4, 0])
+    assert gp.edge_cut_metis(src, dst, 5, 64).tolist() == [0, 1, 2, 3, 4]
+    assert capfd.readouterr().out == ""
+
+
 def test_edge_cut_metis_without_pymetis(monkeypatch):
     monkeypatch.setitem(sys.modules, "pymetis", None)  # makes `import pymetis` fail
     with pytest.raises(GdslError, match="pip install pymetis"):
