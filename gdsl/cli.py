@@ -83,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--parts", metavar="DIR", help="use (or write) the per-rank partition files in DIR")
     d.add_argument("--report", choices=("comm",), help="print the bytes each collective moved, per epoch and per op")
     d.add_argument("--checkpoint", metavar="DIR", help="save every rank's state to DIR (atomically)")
-    d.add_argument("--checkpoint-every", type=_positive, default=10, metavar="K", help="checkpoint every K epochs (default 10)")
+    d.add_argument("--checkpoint-every", type=_positive, metavar="K", help="with --checkpoint: every K epochs (default 10)")
     d.add_argument("--resume", metavar="DIR", help="continue from the checkpoint in DIR")
 
     pa = sub.add_parser("partition", help="write per-rank partition files for `gdsl run --np P --parts DIR`")
@@ -453,12 +453,14 @@ def cmd_run(args, parser) -> int:
     data = resolve_data(args.data)
     graph = load_graph(data, split=args.split)
     from gdsl.dist.launch import under_launcher
+    if args.checkpoint_every is not None and args.checkpoint is None:
+        parser.error("--checkpoint-every needs --checkpoint DIR")
     if args.np_ is not None or under_launcher():
         from gdsl.dist.cli_run import run_distributed
         return run_distributed(args, prog, graph, data)
-    for flag in ("parts", "report", "checkpoint", "resume", "partition", "delay"):
-        if getattr(args, flag) is not None:
-            parser.error(f"--{flag} needs --np P (a distributed run)")
+    for flag in ("parts", "report", "checkpoint", "resume", "partition", "delay", "halo", "mem_per_rank"):
+        if getattr(args, flag) is not None:   # was: --halo and --mem-per-rank ignored
+            parser.error(f"--{flag.replace('_', '-')} needs --np P (a distributed run)")
     args.backend = args.backend or prog.default_backend
     epochs = args.epochs or cfg.epochs
     print(f"gdsl run {args.program}: train '{cfg.name}', model {cfg.model}, data {data} "

@@ -169,9 +169,20 @@ def test_resume_from_a_missing_checkpoint_is_a_clear_error(tmp_path):
     assert r.returncode == 1 and "no checkpoint here" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_plan_flags_need_np():
-    r = gdsl_here("run", GCN, "--partition", "rows", "--epochs", "1")
-    assert r.returncode == 2 and "--partition needs --np" in r.stderr
+@pytest.mark.parametrize("flags,message", [
+    (("--partition", "rows"), "--partition needs --np"),
+    (("--halo", "bcast"), "--halo needs --np P"),                    # was: ignored
+    (("--mem-per-rank", "4G"), "--mem-per-rank needs --np P"),       # was: ignored
+    (("--checkpoint-every", "5"), "--checkpoint-every needs --checkpoint DIR"),   # was: ignored
+])
+def test_plan_flags_need_np(flags, message):
+    r = gdsl_here("run", GCN, *flags, "--epochs", "1")
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_checkpoint_every_needs_a_checkpoint_in_a_distributed_run_too():
+    r = gdsl_here("run", GCN, "--np", "2", "--checkpoint-every", "5", "--epochs", "1")
+    assert r.returncode == 2 and "--checkpoint-every needs --checkpoint DIR" in r.stderr, r.stderr
 
 
 def test_plan_the_program_cannot_run_is_refused():
