@@ -14,6 +14,7 @@ import torch
 import gdsl
 from gdsl.cli import main
 from gdsl.diagnostics import CompileError, GdslError
+from gdsl.graph.graph import Graph
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = ROOT / "programs"
@@ -228,7 +229,21 @@ def test_features_beyond_float32_are_refused_without_a_numpy_warning(tmp_path, c
     with warnings.catch_warnings():
         warnings.simplefilter("error")   # a RuntimeWarning (overflow in cast) would fail here
         rc, _, err = run(capsys, "run", str(PROGRAMS / "gcn.gd"), "--data", str(tmp_path / "big.npz"), "--epochs", "1")
-    assert rc == 1 and "features contain NaN or inf (first at vertex 0)" in err
+    # was: "features contain NaN or inf", which the file's finite values are not
+    assert rc == 1 and "big.npz: features value 1e+300 (row 0) does not fit in float32, whose largest is 3.403e+38" \
+        in err, err
+
+
+def test_float64_graph_data_beyond_float32_is_refused_by_value_and_row():
+    x = torch.zeros(4, 3, dtype=torch.float64)
+    x[2, 1] = -1e300
+    for f in (x, x.numpy()):
+        with pytest.raises(GdslError, match=r"graph: features value -1e\+300 \(row 2\) does not fit in float32"):
+            Graph.from_edges([0, 1], [1, 2], 4, features=f)
+    with pytest.raises(GdslError, match=r"edge data 'w' value 1e\+40 \(row 1\) does not fit in float32"):
+        Graph.from_edges([0, 1], [1, 2], 4, edata={"w": np.array([1.0, 1e40])})
+    x[2, 1] = 3e38   # fits
+    assert Graph.from_edges([0, 1], [1, 2], 4, features=x).features.dtype == torch.float32
 
 
 def test_an_optimizer_step_beyond_float32_is_a_diverged_run(tmp_path, capsys):

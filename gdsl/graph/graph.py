@@ -86,7 +86,7 @@ class Graph:
         """Build a graph from edge lists (numpy arrays, lists or tensors); validated."""
         src_t = _as_tensor(src, torch.int64, "src", ids=True)
         dst_t = _as_tensor(dst, torch.int64, "dst", ids=True)
-        feats = None if features is None else _as_tensor(features, torch.float32, "features")
+        feats = None if features is None else _as_tensor(features, torch.float32, "features", where=where)
         if num_nodes is None:
             num_nodes = feats.shape[0] if feats is not None else int(max(src_t.max(), dst_t.max()) + 1) if src_t.numel() else 0
         if isinstance(num_nodes, torch.Tensor) and num_nodes.ndim == 0 and num_nodes.dtype in _INT_DTYPES:
@@ -105,7 +105,7 @@ class Graph:
         g = cls(src_t, dst_t, int(num_nodes), feats,
                 None if labels is None else _as_tensor(labels, torch.int64, "labels"),
                 {k: _as_tensor(v, torch.bool, f"{k} mask") for k, v in all_masks.items()},
-                {k: _as_tensor(v, torch.float32, f"edge data '{k}'") for k, v in (edata or {}).items()},
+                {k: _as_tensor(v, torch.float32, f"edge data '{k}'", where=where) for k, v in (edata or {}).items()},
                 name=name)
         g.validate(where)
         return g
@@ -289,7 +289,7 @@ def _first_occurrence(key: torch.Tensor):
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
-def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False) -> torch.Tensor:
+def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str = "graph") -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         t = x.detach().cpu()
     elif ids and isinstance(x, (list, tuple)) and any(isinstance(v, bool) for v in x):
@@ -312,4 +312,17 @@ def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False) -> torch.Ten
     if dtype == torch.bool and t.dtype != torch.bool:
         if t.is_floating_point() or not bool(((t == 0) | (t == 1)).all()):
             raise GdslError(f"{what}: expected a boolean mask, got {t.dtype}")
+    if dtype == torch.float32 and t.dtype == torch.float64 and t.numel():
+        _check_fits_float32(t, what, where)
     return t.to(dtype)
+
+
+def _check_fits_float32(t: torch.Tensor, what: str, where: str) -> None:
+    """A finite float64 value beyond float32's range would become inf in the
+    conversion (and be reported as "NaN or inf", which the data is not)."""
+    big = torch.isfinite(t) & (t.abs() > torch.finfo(torch.float32).max)
+    if bool(big.any()):
+        at = big.reshape(t.shape[0], -1).any(1).nonzero()[0].item() if t.dim() else 0
+        v = float(t[big][0])
+        raise GdslError(f"{where}: {what} value {v:g} (row {at}) does not fit in float32, whose largest is "
+                        f"{torch.finfo(torch.float32).max:.4g}; scale the data")

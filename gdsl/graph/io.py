@@ -108,9 +108,11 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
             raise GdslError(f"{where}: array 'edge_{k}' must be numeric, got dtype {v.dtype}")
         if v.ndim < 1:
             raise GdslError(f"{where}: array 'edge_{k}' must have one row per edge, got a scalar")
-    with np.errstate(over="ignore"):   # float64 features beyond float32's range become inf: refused below, by name
-        feats32 = feats.astype(np.float32)
-    g = Graph.from_edges(src.astype(np.int64), dst.astype(np.int64), n, features=feats32,
+    # float64 features beyond float32's range are refused by from_edges, by value and row
+    if feats.dtype not in (np.float32, np.float64):
+        with np.errstate(over="ignore"):   # a longdouble beyond float32's range: inf, refused as such
+            feats = feats.astype(np.float32)
+    g = Graph.from_edges(src.astype(np.int64), dst.astype(np.int64), n, features=feats,
                          labels=labels.astype(np.int64), masks=masks, edata=edata, name=p.stem, where=where)
     g.source = where
     return g
