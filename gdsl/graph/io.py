@@ -90,6 +90,10 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
     for name in ("train", "val", "test"):
         single, multi = arrays.get(f"{name}_mask"), arrays.get(f"{name}_masks")
         m, key = single, f"{name}_mask"
+        if multi is not None and multi.ndim == 2 and (multi.dtype != np.bool_ or multi.shape[1] != n):
+            # checked whichever split is used (was: only when this array's split was selected)
+            raise GdslError(f"{where}: array '{name}_masks' must be bool of shape [S, {n}], got dtype "
+                            f"{multi.dtype} shape {list(multi.shape)}")
         if multi is not None and (split != 0 or single is None):
             if multi.ndim != 2 or not 0 <= split < multi.shape[0]:
                 raise GdslError(f"{where}: split {split} is not available in '{name}_masks' of shape {list(multi.shape)}")
