@@ -523,6 +523,8 @@ def main(argv: list[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     if extra:   # the command's usage and `gdsl COMMAND: error:` (was: the top-level usage)
         (getattr(args, "command_parser", None) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
+    if getattr(args, "data", None) is not None and not args.data.strip():   # was: '.' read (run), ignored (compile, plan)
+        args.command_parser.error("--data: empty (give a .npz file or a builtin name: cora, citeseer)")
     debug = os.environ.get("GDSL_DEBUG") == "1"
     # `gdsl run`: SIGTERM / SIGHUP stop it as Ctrl-C does (the trainer keeps what it
     # trained; --json is written); a rank under mpiexec has its own handling (gdsl/dist)

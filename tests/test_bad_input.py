@@ -375,6 +375,9 @@ def test_partition_specs_are_parsed_strictly(spec, message):
     (("plan", "--np", "4", "--mem-per-rank", "0.0001K"), "--mem-per-rank must be at least one byte"),
     (("plan", "--np", "4", "--dims", ","), "--dims: empty"),                                # was: ignored
     (("compile", "--dump-dir", ""), "--dump-dir: empty"),
+    (("compile", "--data", ""), "--data: empty (give a .npz file or a builtin name"),     # was: ignored
+    (("plan", "--data", " "), "--data: empty"),                                           # was: ignored
+    (("run", "--data", ""), "--data: empty"),                              # was: [Errno 21] Is a directory: '.'
     (("compile", "--mem-per-rank", "4G"), "--mem-per-rank needs --np P"),                 # was: ignored
     (("compile", "--np", "2", "--data", "cora", "--emit", "ir"), "which --emit ir stops before"),  # was: ignored
     (("compile", "--np", "2", "--data", "cora", "--emit", "ast"), "which --emit ast stops before"),
@@ -386,6 +389,11 @@ def test_malformed_planning_options_are_usage_errors(capsys, argv, message):
     with pytest.raises(SystemExit) as e:
         main([argv[0], str(PROGRAMS / "gcn.gd"), *argv[1:]])
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_data_that_is_a_directory(tmp_path, capsys):
+    rc, _, err = run(capsys, "run", str(PROGRAMS / "gcn.gd"), "--data", str(tmp_path))
+    assert rc == 1 and f"{tmp_path}: is a directory, not an .npz file" in err   # was: [Errno 21]
 
 
 def test_feature_dims_may_override_the_data(capsys):

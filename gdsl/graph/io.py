@@ -42,6 +42,8 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
     where = str(p)
     if not p.exists():
         raise GdslError(f"{where}: no such file")
+    if p.is_dir():
+        raise GdslError(f"{where}: is a directory, not an .npz file")
     if p.is_file() and not zipfile.is_zipfile(p):
         with open(p, "rb") as f:
             head = f.read(6)
