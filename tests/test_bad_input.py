@@ -396,6 +396,14 @@ def test_data_that_is_a_directory(tmp_path, capsys):
     assert rc == 1 and f"{tmp_path}: is a directory, not an .npz file" in err   # was: [Errno 21]
 
 
+def test_data_that_is_a_device_or_a_pipe(tmp_path, capsys):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in ("/dev/zero", str(fifo)):   # was: numpy's allow_pickle advice; a wait for a writer, forever
+        rc, _, err = run(capsys, "run", str(PROGRAMS / "gcn.gd"), "--data", path)
+        assert rc == 1 and f"{path}: not a regular file (a device, pipe or socket)" in err, err
+
+
 def test_feature_dims_may_override_the_data(capsys):
     rc, out, _ = run(capsys, "plan", str(PROGRAMS / "gcn.gd"), "--np", "2", "--data", "cora", "--dims", "F=512")
     assert rc == 0 and "layer widths [512, 16, 7], N=2708, E=13264" in out

@@ -44,6 +44,8 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
         raise GdslError(f"{where}: no such file")
     if p.is_dir():
         raise GdslError(f"{where}: is a directory, not an .npz file")
+    if not p.is_file():   # was: /dev/zero read as a pickle, a named pipe waited on forever
+        raise GdslError(f"{where}: not a regular file (a device, pipe or socket), not an .npz file")
     if p.is_file() and not zipfile.is_zipfile(p):
         with open(p, "rb") as f:
             head = f.read(6)
