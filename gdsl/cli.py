@@ -438,7 +438,7 @@ def cmd_compile(args, parser) -> int:
 def cmd_run(args, parser) -> int:
     import gdsl
     from gdsl.graph.io import load_graph, resolve_data
-    from gdsl.runtime.trainer import Progress, check_json_path, train, write_json
+    from gdsl.runtime.trainer import Diverged, Progress, check_json_path, train, write_json
 
     if args.epochs is not None and args.epochs < 1:
         parser.error("--epochs must be at least 1")
@@ -470,7 +470,14 @@ def cmd_run(args, parser) -> int:
         warnings.simplefilter("always")
         warnings.showwarning = lambda msg, *a, **k: print(f"gdsl: warning: {msg}", file=sys.stderr)
         progress = Progress(epochs, every=args.log_every)
-        result = train(prog, graph, backend=args.backend, epochs=epochs, seed=args.seed, on_epoch=progress)
+        try:
+            result = train(prog, graph, backend=args.backend, epochs=epochs, seed=args.seed, on_epoch=progress)
+        except Diverged as e:   # the epochs before it still go to --json (with "diverged"), then the error
+            if args.json:
+                write_json(args.json, e.result.to_json(program=args.program, data=str(data), backend=args.backend,
+                                                       seed=args.seed, train=cfg.name, model=cfg.model))
+                print(f"wrote {args.json}", file=sys.stderr)
+            raise
     f = result.final
     sig = result.signal
     if sig is not None:

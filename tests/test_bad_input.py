@@ -252,6 +252,29 @@ def test_an_optimizer_step_beyond_float32_is_a_diverged_run(tmp_path, capsys):
     assert rc == 1 and "epoch 1: the optimizer step overflows float32 (lr = 1e+38); training diverged" in err
 
 
+def test_a_diverged_run_still_writes_its_json(tmp_path, capsys):
+    """The epochs before the divergence go to --json, with "diverged" (the
+    error's message); exit 1 with the error as before. Was: no file."""
+    import json
+
+    from gdsl.runtime.trainer import Diverged, train
+    p = prog(tmp_path, "gcn.gd", ("adam(lr = 0.01, weight_decay = 5e-4)", "sgd(lr = 1e10)"))
+    out = tmp_path / "d.json"
+    rc, _, err = run(capsys, "run", str(p), "--epochs", "6", "--backend", "reference", "--json", str(out))
+    assert rc == 1 and "epoch 4: the loss is nan; training diverged (try a smaller lr)" in err, err
+    d = json.loads(out.read_text())
+    assert d["diverged"] == "epoch 4: the loss is nan; training diverged (try a smaller lr)"
+    assert [e["epoch"] for e in d["epochs"]] == [1, 2, 3] and d["final"]["epoch"] == 3 and not d["interrupted"]
+    with pytest.raises(Diverged) as e:   # the API: a GdslError with the epochs completed
+        train(gdsl.compile(str(p)), gdsl.load_graph("cora"), backend="reference", epochs=6)
+    assert isinstance(e.value, GdslError) and len(e.value.result.epochs) == 3
+    # an optimizer step beyond float32 is a divergence too (at epoch 1: no epoch completed)
+    p2 = prog(tmp_path, "gcn.gd", ("lr = 0.01", "lr = 1e38"))
+    with pytest.raises(Diverged, match="epoch 1: the optimizer step overflows") as e:
+        train(gdsl.compile(str(p2)), gdsl.load_graph("cora"), backend="reference", epochs=2)
+    assert e.value.result.epochs == [] and e.value.result.final == {}
+
+
 def test_label_ids_that_are_not_compact_are_a_data_error(tmp_path, capsys):
     z = dict(np.load(ROOT / "gdsl" / "data" / "cora.npz"))
     z["labels"] = z["labels"].astype(np.int64)

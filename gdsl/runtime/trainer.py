@@ -32,15 +32,31 @@ class TrainResult:
     epochs: list[EpochStats] = field(default_factory=list)
     final: dict[str, float] = field(default_factory=dict)
     signal: int | None = None   # what stopped it early: SIGINT (Ctrl-C), SIGTERM, SIGHUP
+    diverged: str | None = None  # why training stopped on a non-finite loss or step (then `Diverged` is raised)
 
     @property
     def interrupted(self) -> bool:
         return self.signal is not None
 
     def to_json(self, **meta) -> dict:
-        return {**meta, "interrupted": self.interrupted,
+        return {**meta, "interrupted": self.interrupted, **({"diverged": self.diverged} if self.diverged else {}),
                 "epochs": [{"epoch": e.epoch, "loss": e.loss, **e.metrics, "time": e.time} for e in self.epochs],
                 "final": self.final}
+
+
+class _Nonfinite(Exception):
+    """Raised inside the epoch loop on a non-finite loss or step; `train`
+    turns it into `Diverged` with the epochs completed."""
+
+
+class Diverged(GdslError):
+    """Training stopped on a non-finite loss or an optimizer step beyond
+    float32; `result` has the epochs completed before it (`result.diverged`
+    is the message), so `gdsl run --json` still writes them."""
+
+    def __init__(self, message: str, result: TrainResult) -> None:
+        super().__init__(message)
+        self.result = result
 
 
 def nonfinite_loss(epoch: int, loss_value: float) -> str:
@@ -118,7 +134,9 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
 
     Deterministic for a given seed on the reference backend. A train block
     with `batch_size`/`fanout` is trained full-batch with a warning (mini-batch
-    training is a later issue).
+    training is a later issue). A NaN or infinite loss, or an optimizer step
+    beyond float32, raises `Diverged` (a `GdslError`) whose `result` holds
+    the epochs completed before it.
     """
     from gdsl.api import Program
     if not isinstance(program, Program):
@@ -165,9 +183,9 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
             loss = model.loss(out)
             loss_value = float(loss.detach())
             if not math.isfinite(loss_value):
-                raise GdslError(nonfinite_loss(epoch, loss_value))
+                raise _Nonfinite(nonfinite_loss(epoch, loss_value))
             loss.backward()
-            optimizer_step(opt, epoch)
+            optimizer_step(opt, epoch, error=_Nonfinite)
             model.eval()
             with torch.no_grad():
                 out = model()
@@ -178,6 +196,16 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
                 on_epoch(stats)
     except (KeyboardInterrupt, Terminated) as e:   # Ctrl-C, SIGTERM, SIGHUP: keep what was trained
         result.signal = e.signum if isinstance(e, Terminated) else signal.SIGINT
+    except _Nonfinite as e:   # diverged: the epochs before it are kept (was: lost, and no --json)
+        result.diverged = str(e)
+    _summarise(result)
+    if result.diverged:
+        raise Diverged(result.diverged, result)
+    return result
+
+
+def _summarise(result: TrainResult) -> None:
+    """result.final from its epochs (the last one, and the best by val_acc)."""
     if result.epochs:
         last = result.epochs[-1]
         result.final = {"epoch": last.epoch, "loss": last.loss, **last.metrics,
@@ -186,7 +214,6 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
             best = max(result.epochs, key=lambda e: (e.metrics["val_acc"], -e.epoch))
             result.final["best_val_epoch"] = best.epoch
             result.final.update({f"best_val/{k}": v for k, v in best.metrics.items()})
-    return result
 
 
 class Progress:
