@@ -363,11 +363,8 @@ def cmd_calibrate(args, parser) -> int:
 
 
 def cmd_compile(args, parser) -> int:
-    from gdsl.compiler import compile_source, read_source
-    from gdsl.frontend.ast import dump
-    from gdsl.ir.printer import print_module
+    from gdsl.compiler import read_source
     from gdsl.passes.pipeline import pass_names
-    from gdsl.runtime.files import write_atomic
 
     names = pass_names()
     for p in args.print_ir_after:
@@ -388,8 +385,29 @@ def cmd_compile(args, parser) -> int:
     if args.dump_dir is not None and not args.dump_dir.strip():
         parser.error("--dump-dir: empty (give a directory)")
     dump_dir = Path(args.dump_dir) if args.dump_dir else None
+    made = []   # the folders mkdir creates, deepest first
     if dump_dir:
+        d = dump_dir.absolute()
+        while not d.exists():
+            made.append(d)
+            d = d.parent
         dump_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return _compile_and_emit(args, parser, source, dims, edges, graph, dumping, dump_dir)
+    except BaseException:
+        for d in made:   # a program that does not parse: no empty folders left behind
+            if any(d.iterdir()):
+                break
+            d.rmdir()
+        raise
+
+
+def _compile_and_emit(args, parser, source, dims, edges, graph, dumping, dump_dir) -> int:
+    from gdsl.compiler import compile_source
+    from gdsl.frontend.ast import dump
+    from gdsl.ir.printer import print_module
+    from gdsl.runtime.files import write_atomic
+
     step = [0]
 
     def after(name, module):

@@ -414,6 +414,16 @@ def test_malformed_planning_options_are_usage_errors(capsys, argv, message):
     assert e.value.code == 2 and message in capsys.readouterr().err
 
 
+def test_dump_dir_of_a_program_that_does_not_parse_is_not_left_behind(tmp_path, capsys):
+    bad = tmp_path / "bad.gd"
+    bad.write_text("graph G\nlayer {\n")
+    rc, _, _ = run(capsys, "compile", str(bad), "--dump-dir", str(tmp_path / "d" / "x"))
+    assert rc == 1 and not (tmp_path / "d").exists()   # was: d/x created, empty
+    (tmp_path / "keep").mkdir()
+    rc, _, _ = run(capsys, "compile", str(bad), "--dump-dir", str(tmp_path / "keep"))
+    assert rc == 1 and (tmp_path / "keep").is_dir()    # a folder that was there stays
+
+
 def test_data_that_is_a_directory(tmp_path, capsys):
     rc, _, err = run(capsys, "run", str(PROGRAMS / "gcn.gd"), "--data", str(tmp_path))
     assert rc == 1 and f"{tmp_path}: is a directory, not an .npz file" in err   # was: [Errno 21]
