@@ -385,6 +385,8 @@ def test_dump_dir_replaces_a_symlink_instead_of_writing_through_it(tmp_path, cap
 @pytest.mark.parametrize("spec,message", [
     ("rows(hash", r"write NAME or NAME\(ARG\)"), ("rows(hash)x", r"write NAME or NAME\(ARG\)"),
     ("edge_cut(hash)", "an edge cut is METIS's"),      # was: METIS, silently
+    ("rows()", r"empty parentheses; write rows or rows\(ARG\)"),   # was: rows(hash), silently
+    ("rows_replicated( )", "empty parentheses"),
 ])
 def test_partition_specs_are_parsed_strictly(spec, message):
     from gdsl.dist.part import parse_spec

@@ -76,7 +76,8 @@ def parse_spec(text: str, *, delay=0, halo: str = "alltoallv", seed: int = 0) ->
     if paren and (not rest.endswith(")") or ")" in rest[:-1] or "(" in rest):
         raise GdslError(f"partition '{text}': write NAME or NAME(ARG), e.g. rows(hash)")
     arg = rest[:-1] if paren else None
-    arg = arg or None
+    if arg == "":   # was: rows() read as rows
+        raise GdslError(f"partition '{text}': empty parentheses; write {name} or {name}(ARG)")
     if name not in STRATEGIES:
         raise GdslError(f"unknown partition '{text}' (executable: {', '.join(STRATEGIES)})")
     if halo not in EXACT_HALO:
