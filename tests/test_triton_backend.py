@@ -262,6 +262,25 @@ def test_on_the_gpu(name, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_output_where_the_input_is(monkeypatch):
+    """model(x) returns where x is (as torch modules do; was: always where the
+    graph's features are), model() where the graph's features are; an
+    output_device set by the caller wins."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    g = _graph_for("", seed=9)
+    tr = _compile(ROOT / "programs" / "gcn.gd").module(g, backend="triton").eval()
+    assert tr().device.type == "cpu" and tr(g.features).device.type == "cpu"
+    out = tr(g.features.cuda())
+    assert out.is_cuda
+    torch.testing.assert_close(out.cpu(), tr())
+    tr.output_device = torch.device("cpu")
+    assert tr(g.features.cuda()).device.type == "cpu"
+    tr.output_device = None
+    assert tr().is_cuda
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_dropout_masks_on_the_gpu(monkeypatch):
     """On a GPU the default draws dropout masks there (a CUDA generator seeded
     per seed, step and op as the reference seeds its CPU one): the same seed

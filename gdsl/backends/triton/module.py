@@ -14,10 +14,12 @@ rows of the reverse aggregation.
 Where the data lives: the module moves the bound graph's index tensors,
 constants, inputs (features, labels, edge data: copied once and cached) and
 its params to `device` (the current CUDA device; the CPU under
-TRITON_INTERPRET=1).  `forward()` returns the output on `output_device`
-(default: where the graph's features are, so that callers that compare it
-with the graph's labels, as the trainer's accuracy does, keep working);
-set `module.output_device = None` to keep it on the GPU (benchmarks).
+TRITON_INTERPRET=1).  `forward(x)` returns the output where `x` is, as
+torch modules do; `forward()` (the graph's own features) where the graph's
+features are, so that callers that compare it with the graph's labels, as
+the trainer's accuracy does, keep working.  Setting `module.output_device`
+overrides both: a device, or None to keep the output on the GPU
+(benchmarks).
 `loss()` takes an output on either device.
 
 Dropout masks (`dropout_masks`): on a GPU, "device" (the default) draws
@@ -129,8 +131,9 @@ class TritonModule(ReferenceModule):
 
         self.device = torch.device(device) if device is not None else default_device()
         feats = graph.features
-        self.output_device = (feats.device if feats is not None else torch.device("cpu")) \
+        self._output_device = (feats.device if feats is not None else torch.device("cpu")) \
             if output_device == "graph" else output_device
+        self._follow_input = output_device == "graph"   # forward(x) returns where x is
         self.tg = TritonGraph.build(self.gd.src, self.gd.dst, self.gd.num_nodes, self.device)
         self.dropout_masks = dropout_masks_setting()
         self._kernels = {op: kernel_signature(op) for op in module.main.ops}
@@ -157,6 +160,15 @@ class TritonModule(ReferenceModule):
                 for anchor, (_, agg, c) in self._fused.items()]
 
     # ---- data placement
+    @property
+    def output_device(self):
+        """Where forward() returns its output (None: the module's device)."""
+        return self._output_device
+
+    @output_device.setter
+    def output_device(self, device) -> None:
+        self._output_device, self._follow_input = device, False   # set by the caller: for every call
+
     def _on_device(self, key: str, t):
         if not isinstance(t, torch.Tensor) or t.device == self.device:
             return t
@@ -205,8 +217,9 @@ class TritonModule(ReferenceModule):
                 _, agg, c = spec
                 env[op.result] = self._aggregate(agg, [env[v] for v in agg.operands], oscale=self._consts[c])
         out = env[self.ir.main.results[0]]
-        if self.output_device is not None and isinstance(out, torch.Tensor):
-            out = out.to(self.output_device)
+        dev = x.device if self._follow_input and isinstance(x, torch.Tensor) else self._output_device
+        if dev is not None and isinstance(out, torch.Tensor):
+            out = out.to(dev)
         return out
 
     def _aggregate(self, op: Op, vals: list, oscale=None):
