@@ -31,8 +31,9 @@ if MPIEXEC is None:
 DRIVER = ROOT / "tests" / "dist_driver.py"
 EPOCHS = 20
 GCN, SAGE, GAT = (str(ROOT / "programs" / f"{p}.gd") for p in ("gcn", "sage", "gat"))
-MSE_AE, EDGE_DROPOUT, BCE_X, EW_MAX = (str(ROOT / "tests" / "dist_programs" / f"{p}.gd")
-                                       for p in ("mse_autoencoder", "edge_dropout", "bce_features", "elementwise_max"))
+MSE_AE, EDGE_DROPOUT, BCE_X, EW_MAX, SDDMM_X = (
+    str(ROOT / "tests" / "dist_programs" / f"{p}.gd")
+    for p in ("mse_autoencoder", "edge_dropout", "bce_features", "elementwise_max", "sddmm_features"))
 
 # every exact plan; (plan, halo); rows_replicated(2) needs c^2 | P
 EXACT = [("rows(hash)", "alltoallv"), ("rows(hash)", "bcast"), ("rows(random)", "alltoallv"),
@@ -70,6 +71,7 @@ def _configs(P: int) -> list[dict]:
         # edge masks, P3's full layer 1; 5 epochs: its [E, F] messages on Cora take 0.5 s an epoch
         out += [_cfg(EDGE_DROPOUT, "cora", p, epochs=5) for p in ("features", "rows(hash)")]
         out += [_cfg(EW_MAX, "cora", "features")]   # element-wise max/min on P3's column slices
+        out += [_cfg(SDDMM_X, "cora", "features", epochs=5)]   # src.a * dst.b, src.a - dst.b on them
     else:
         out += [_cfg(SAGE, "cora", "rows_replicated(2)"), _cfg(SAGE, "cora", "rows(hash)", "bcast")]
         out += [_cfg(GAT, "cora", "rows(hash)", "bcast"), _cfg(GAT, "cora", "features")]

@@ -177,6 +177,12 @@ def feature_region(module: Module, name=None) -> tuple[dict[Value, str], set[str
         if n in ("src", "dst"):
             kind[op.result] = k
             continue
+        if n == "sddmm" and ins[0] == ins[1] and (op.attrs["op"] in ("add", "sub") or
+                                                  (op.attrs["op"] == "mul" and k == "cols")):
+            # fuse.py's src.a (+|-|*) dst.b: element-wise on two values sliced alike, so
+            # column-separable (a product of two partial sums would not be linear)
+            kind[op.result] = k
+            continue
         if n == "gather" or n == "aggregate":
             if k == "partial" and op.attrs["reduce"] not in ("sum", "mean"):
                 raise GdslError(f"{where}: {op.attrs['reduce']} of a partial sum is not linear")
