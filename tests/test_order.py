@@ -118,11 +118,13 @@ train t { model = M; loss = cross_entropy(Y, mask = train) }
     ("    order = dense_first\n", "18:13", "order = dense_first cannot be carried out for L#1: the order pass"),
 ])
 def test_a_reorder_the_order_pass_cannot_do_is_an_error(tmp_path, schedule, where, what):
-    """A message of terms in `x` and `-x` is linear, so the hint can hold,
-    but fold-edge-constants does not factor it to the one form the order
-    pass rewrites (an endpoint tensor times a graph constant). Was: accepted,
-    and the layer ran sparse-first silently."""
-    text = SUM_OF_MESSAGES.replace("MSG", "src.h * 0.5 - (-src.h) / max(dst.degree, 1)")
+    """`src.h * 0.5 * 2` is linear, so the hint can hold, but canonicalize
+    moves its number-only product to the vertex side (`src.(h * 0.5) * 2`),
+    a different tensor from the other term's `src.h`, so fold-edge-constants
+    does not factor the sum to the one form the order pass rewrites (an
+    endpoint tensor times a graph constant). Was: accepted, and the layer
+    ran sparse-first silently."""
+    text = SUM_OF_MESSAGES.replace("MSG", "src.h / max(dst.degree, 1) - src.h * 0.5 * 2")
     f = tmp_path / "p.gd"
     f.write_text(text + "schedule {\n" + schedule + "}\n")
     code, _, err = run_gdsl(["compile", str(f)])
@@ -141,7 +143,10 @@ def test_a_reorder_the_order_pass_cannot_do_is_an_error(tmp_path, schedule, wher
 
 @pytest.mark.parametrize("msg", ["src.h / max(dst.degree, 1) + src.h * 0.5",
                                  "src.h * 0.25 + src.h / max(dst.degree, 1) + 0.25 * src.h",
-                                 "src.h + src.h / max(dst.degree, 1) - src.h * 0.5"])
+                                 "src.h + src.h / max(dst.degree, 1) - src.h * 0.5",
+                                 # terms of src.h and -src.h (were refused: not factored)
+                                 "src.h * 0.5 - (-src.h) / max(dst.degree, 1)",
+                                 "-(-src.h / max(dst.degree, 1)) - (-src.h) * 0.5"])
 @pytest.mark.parametrize("order", ["sparse_first", "dense_first"])
 def test_a_sum_of_edge_factored_terms_folds_and_reorders(msg, order):
     """`x * c1 + x / c2 - x` with graph constants c is linear in x:

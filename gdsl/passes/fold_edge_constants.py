@@ -77,7 +77,7 @@ class FoldEdgeConstants:
     @classmethod
     def reassociate(cls, f) -> bool:
         """One round of `(x * c1) * c2 -> x * (c1 * c2)` (and the same with
-        `/` on either side, and `c2 * (c1 * x)`), where x is not a graph
+        `/` on either side, and `c2 * (c1 * x)`; `(-x) * c2 -> x * (-c2)`), where x is not a graph
         constant and c1, c2 are per-edge scalar constants or numbers: a
         left-associated chain of edge factors, as in `src.h *
         rsqrt(src.degree) * rsqrt(dst.degree)`, gathers its factors into one
@@ -97,9 +97,19 @@ class FoldEdgeConstants:
             if op.name == "mul" and factor(a) and not factor(c2):
                 a, c2 = c2, a
             inner = a.owner
-            if (not factor(c2) or inner is None or inner.name not in ("mul", "div") or a in f.results
+            if (not factor(c2) or inner is None or inner.name not in ("mul", "div", "neg") or a in f.results
                     or len(users.get(a, [])) != 1):
                 continue
+            attrs = {k: op.attrs[k] for k in ("scope", "stage") if k in op.attrs}
+            if inner.name == "neg":
+                # (-x) * c2 = x * (-c2); (-x) / c2 = x / (-c2)
+                if inner.operands[0] in const:
+                    continue
+                c = Value(c2.type, "")
+                f.ops[i:i + 1] = [Op("neg", [c2], c, attrs, op.span),
+                                  Op(op.name, [inner.operands[0], c], op.result, op.attrs, op.span)]
+                f.dead_code_elim()
+                return True
             x, c1 = inner.operands
             if inner.name == "mul" and factor(x) and not factor(c1):
                 x, c1 = c1, x
@@ -112,7 +122,6 @@ class FoldEdgeConstants:
                                  ("div", "mul"): ("div", c2, c1, "mul"),
                                  ("div", "div"): ("mul", c1, c2, "div")}[(inner.name, op.name)]
             etype = c1.type if c1.type.domain == "edge" else c2.type
-            attrs = {k: op.attrs[k] for k in ("scope", "stage") if k in op.attrs}
             c = Value(etype, "")
             f.ops[i:i + 1] = [Op(name, [l, r], c, attrs, op.span),
                               Op(outer, [x, c], op.result, op.attrs, op.span)]
@@ -123,30 +132,44 @@ class FoldEdgeConstants:
     @classmethod
     def factor_out(cls, f) -> bool:
         """One round of `x * c1 + x * c2 -> x * (c1 + c2)` (and `-`; a term
-        may be `x / c`, or `x` itself with coefficient 1), where x is one
+        may be `x / c`, `x` itself with coefficient 1, or any of these
+        negated, `-x` or `(-x) / c`: coefficient times -1), where x is one
         value that is not a graph constant and c1, c2 are per-edge scalar
-        constants or numbers, at least one per-edge: a message summed from
-        terms with different edge factors, `src.h / dst.degree + src.h *
-        0.5`, is linear in x and becomes `src.x * w`, the form the order
-        pass reorders.  Only where each product has no other use.  True if
-        it rewrote."""
+        constants or numbers: a message summed from terms with different
+        edge factors, `src.h / dst.degree + src.h * 0.5`, is linear in x and
+        becomes `src.x * w`, the form the order pass reorders; with numbers
+        only, `src.h * 2 - src.h`, it becomes `src.h * 1`.  Only where each
+        product (and negation) has no other use.  True if it rewrote."""
         const = cls.constants(f)
         users = f.uses()
 
         def scalar(c: Value) -> bool:
             return c in const and c.type.shape == ()
 
+        def single(v: Value) -> bool:
+            return v.owner is not None and v not in f.results and len(users.get(v, [])) == 1
+
+        def unsigned(v: Value) -> tuple[Value, int]:
+            """v = sign * u, through single-use negations."""
+            sign = 1
+            while single(v) and v.owner.name == "neg" and v not in const:
+                v, sign = v.owner.operands[0], -sign
+            return v, sign
+
         def term(v: Value):
-            """(x, how, c): v is x * c ("mul"), x / c ("div") or x ("one", c None)."""
+            """(x, sign, how, c): v is sign * x * c ("mul"), sign * x / c ("div")
+            or sign * x ("one", c None)."""
+            v, sign = unsigned(v)
             op = v.owner
-            if (op is not None and op.name in ("mul", "div") and v not in f.results
-                    and len(users.get(v, [])) == 1):
+            if single(v) and op.name in ("mul", "div"):
                 a, b = op.operands
                 if scalar(b) and a not in const:
-                    return a, op.name, b
+                    x, s2 = unsigned(a)
+                    return x, sign * s2, op.name, b
                 if op.name == "mul" and scalar(a) and b not in const:
-                    return b, "mul", a
-            return (v, "one", None) if v not in const else None
+                    x, s2 = unsigned(b)
+                    return x, sign * s2, "mul", a
+            return (v, sign, "one", None) if v not in const else None
 
         for i, op in enumerate(f.ops):
             if op.name not in ("add", "sub") or op.result.type.domain != "edge" or op.result in const:
@@ -154,26 +177,29 @@ class FoldEdgeConstants:
             p, q = term(op.operands[0]), term(op.operands[1])
             if p is None or q is None or p[0] is not q[0] or p[0].type != op.result.type:
                 continue
-            if "edge" not in {c.type.domain for _, _, c in (p, q) if c is not None}:
-                continue   # numbers only (x * 2 + x): leave them to canonicalize
             attrs = {k: op.attrs[k] for k in ("scope", "stage") if k in op.attrs}
             new: list[Op] = []
+            number = Type("scalar", "f32", ())
 
-            def coefficient(how: str, c: Value | None) -> Value:
-                if how == "mul":
-                    return c
-                one = Value(Type("scalar", "f32", ()), "")
-                new.append(Op("const", [], one, {"value": 1.0, **attrs}, op.span))
-                if how == "one":
-                    return one
-                r = Value(c.type if c.type.domain == "edge" else one.type, "")
-                new.append(Op("div", [one, c], r, attrs, op.span))
+            def emit(name: str, operands: list[Value], t: Type, **extra) -> Value:
+                r = Value(t, "")
+                new.append(Op(name, operands, r, {**extra, **attrs}, op.span))
                 return r
 
-            c1, c2 = coefficient(p[1], p[2]), coefficient(q[1], q[2])
-            c = Value(Type("edge", "f32", ()), "")
-            f.ops[i:i + 1] = new + [Op(op.name, [c1, c2], c, attrs, op.span),
-                                    Op("mul", [p[0], c], op.result, op.attrs, op.span)]
+            def coefficient(sign: int, how: str, c: Value | None) -> Value:
+                if how == "mul":
+                    r = c
+                elif how == "one":
+                    return emit("const", [], number, value=float(sign))
+                else:
+                    r = emit("div", [emit("const", [], number, value=1.0), c],
+                             c.type if c.type.domain == "edge" else number)
+                return r if sign > 0 else emit("neg", [r], r.type)
+
+            c1, c2 = coefficient(*p[1:]), coefficient(*q[1:])
+            edge = "edge" in (c1.type.domain, c2.type.domain)
+            c = emit(op.name, [c1, c2], Type("edge", "f32", ()) if edge else number)
+            f.ops[i:i + 1] = new + [Op("mul", [p[0], c], op.result, op.attrs, op.span)]
             f.dead_code_elim()
             return True
         return False
