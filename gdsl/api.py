@@ -11,7 +11,7 @@ from typing import Any
 from torch import nn
 
 from gdsl.backends import require_backend
-from gdsl.compiler import Compiled, compile_source, front, read_source
+from gdsl.compiler import Compiled, compile_source, front, normalize_text, read_source
 from gdsl.diagnostics import CompileError, GdslError, GdslWarning
 from gdsl.graph.graph import Graph
 from gdsl.ir.printer import print_module
@@ -157,4 +157,4 @@ def compile(program: str | os.PathLike, *, train: str | None = None, **overrides
     is_path = text != "" and "\n" not in text and (text.endswith(".gd") or Path(text).exists())
     if isinstance(program, os.PathLike) or is_path:
         return Program(read_source(text), text, train, **overrides)
-    return Program(text, "<input>", train, **overrides)
+    return Program(normalize_text(text), "<input>", train, **overrides)   # as a file's (was: a BOM refused)

@@ -43,6 +43,8 @@ def _positive(text: str) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="gdsl", description="gdsl: a compiler for graph neural network training")
+    from gdsl import __version__
+    p.add_argument("--version", action="version", version=f"gdsl {__version__}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
     sub.required = True
 
@@ -391,7 +393,12 @@ def cmd_compile(args, parser) -> int:
         while not d.exists():
             made.append(d)
             d = d.parent
-        dump_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            dump_dir.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise GdslError(f"--dump-dir {dump_dir}: exists and is not a directory") from None
+        except OSError as e:   # was: "/proc/x: no such file"
+            raise GdslError(f"--dump-dir {dump_dir}: cannot create the directory ({e.strerror or e})") from None
     try:
         return _compile_and_emit(args, parser, source, dims, edges, graph, dumping, dump_dir)
     except BaseException:
@@ -550,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
         (getattr(args, "command_parser", None) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "data", None) is not None and not args.data.strip():   # was: '.' read (run), ignored (compile, plan)
         args.command_parser.error("--data: empty (give a .npz file or a builtin name: cora, citeseer)")
+    if isinstance(getattr(args, "json", None), str) and not args.json.strip():   # was: ignored, nothing written
+        args.command_parser.error("--json: empty (give a file to write)")
     debug = os.environ.get("GDSL_DEBUG") == "1"
     # `gdsl run`: SIGTERM / SIGHUP stop it as Ctrl-C does (the trainer keeps what it
     # trained; --json is written); a rank under mpiexec has its own handling (gdsl/dist)

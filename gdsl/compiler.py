@@ -59,8 +59,13 @@ def read_source(path: str | Path) -> str:
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
         raise CompileError([Diagnostic(Span(line, 1, line, 2, file), "input is not UTF-8 text")]) from None
-    # a UTF-8 byte-order mark (some Windows editors write one) is not text;
-    # CR-only line ends (classic Mac) are line ends like CRLF and LF
+    return normalize_text(text)
+
+
+def normalize_text(text: str) -> str:
+    """Source text as the parser reads it, from a file or a string: a UTF-8
+    byte-order mark (some Windows editors write one) is not text; CR-only
+    line ends (classic Mac) are line ends like CRLF and LF."""
     return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
 
 

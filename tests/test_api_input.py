@@ -5,6 +5,7 @@ string evaluated as code."""
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -79,12 +80,19 @@ def test_a_missing_numba_package_is_named(monkeypatch):
     (torch.ones(4, 5), r"must have shape \[4, 3\] .*got \[4, 5\]"),
     (torch.ones(7, 3), r"must have shape \[4, 3\] .*got \[7, 3\]"),
     (torch.ones(4, 3, dtype=torch.float64), r"must be float32 .*got torch.float64; use x.to\(torch.float32\)"),
+    # were: torch's "reshape is not implemented for sparse tensors" / "NestedTensorImpl doesn't support sizes"
+    (torch.ones(4, 3).to_sparse(), r"must be a dense tensor, got a torch.sparse_coo one; use x.to_dense\(\)"),
+    (lambda: torch.nested.nested_tensor([torch.ones(3)] * 4), "must be a dense tensor, got a nested one"),
     ([[1.0] * 3] * 4, "must be a torch.Tensor of shape \\[4, 3\\], got list"),
 ])
 def test_module_input_is_checked(backend, x, message):
     if backend == "numba":
         pytest.importorskip("numba")
     m = gdsl.compile(GCN).module(small(), backend=backend)
+    if callable(x):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # torch's "nested tensors are a prototype"
+            x = x()
     with pytest.raises(GdslError, match=message):
         m(x)
     assert m(torch.ones(4, 3, dtype=torch.int64)).shape == (4, 2)   # integers: converted
@@ -108,6 +116,52 @@ def test_loss_checks_the_output_width(backend):
         with pytest.raises(GdslError, match=re.escape(f"loss: the model's output is [rows, 2], got {bad}")):
             m.loss(torch.ones(*bad))
     assert torch.isfinite(m.loss(m()))
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_params_torch_code_replaced_are_checked(backend):
+    """A param set to None, deleted or given another shape: a GdslError
+    naming it, on every backend (was: numba dropped a None bias silently
+    while the reference raised torch's TypeError; a wrong shape: torch's
+    broadcast error without the param's name)."""
+    if backend == "numba":
+        pytest.importorskip("numba")
+    prog = gdsl.compile(GCN)
+    m = prog.module(small(), backend=backend)
+    m.GCNConv_1.b = None
+    with pytest.raises(GdslError, match=re.escape("param GCNConv_1.b is NoneType, but the program uses it: "
+                                                  "it must be a tensor of shape [16]")):
+        m()
+    m = prog.module(small(), backend=backend)
+    del m.GCNConv_2.b
+    with pytest.raises(GdslError, match=re.escape("param GCNConv_2.b is no longer on the module")):
+        m()
+    m = prog.module(small(), backend=backend)
+    m.GCNConv_2.W = torch.nn.Parameter(torch.zeros(16, 5))
+    with pytest.raises(GdslError, match=re.escape("param GCNConv_2.W has shape [16, 5], but the program "
+                                                  "declares [16, 2]")):
+        m()
+    m.GCNConv_2.W = torch.nn.Parameter(torch.zeros(16, 2))   # the right shape: used
+    assert m().abs().sum() == 0
+
+
+def test_meta_device_and_loss_without_a_train_block():
+    m = gdsl.compile(GCN).module(small())
+    w = m.GCNConv_1.W.detach().clone()
+    for move in (lambda: m.to("meta"), lambda: m.to_empty(device="meta")):
+        with pytest.raises(GdslError, match="cannot move to the meta device"):
+            move()
+    assert torch.equal(m.GCNConv_1.W, w) and m().shape == (4, 2)
+    text = Path(GCN).read_text()
+    free = gdsl.compile(text[:text.index("train cora")]).module(small())
+    with pytest.raises(GdslError, match="the program has no train block with a loss"):   # was: RuntimeError
+        free.loss(free())
+
+
+def test_a_byte_order_mark_in_source_text():
+    """As in a file (was: `unexpected character '\ufeff'` for the same text as a string)."""
+    text = Path(GCN).read_text()
+    assert gdsl.compile("\ufeff" + text).ir == gdsl.compile(GCN).ir
 
 
 # ---- gdsl.train

@@ -403,6 +403,8 @@ def test_partition_specs_are_parsed_strictly(spec, message):
     (("compile", "--data", ""), "--data: empty (give a .npz file or a builtin name"),     # was: ignored
     (("plan", "--data", " "), "--data: empty"),                                           # was: ignored
     (("run", "--data", ""), "--data: empty"),                              # was: [Errno 21] Is a directory: '.'
+    (("run", "--json", ""), "--json: empty (give a file to write)"),      # was: ignored, nothing written
+    (("plan", "--json", " "), "--json: empty"),
     (("compile", "--mem-per-rank", "4G"), "--mem-per-rank needs --np P"),                 # was: ignored
     (("compile", "--np", "2", "--data", "cora", "--emit", "ir"), "which --emit ir stops before"),  # was: ignored
     (("compile", "--np", "2", "--data", "cora", "--emit", "ast"), "which --emit ast stops before"),
@@ -414,6 +416,16 @@ def test_malformed_planning_options_are_usage_errors(capsys, argv, message):
     with pytest.raises(SystemExit) as e:
         main([argv[0], str(PROGRAMS / "gcn.gd"), *argv[1:]])
     assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_version_and_an_uncreatable_dump_dir(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"gdsl {gdsl.__version__}"
+    (tmp_path / "file").write_text("")
+    rc, _, err = run(capsys, "compile", str(PROGRAMS / "gcn.gd"), "--dump-dir", str(tmp_path / "file" / "d"))
+    # was: "<dir>: no such file", as if the program were missing
+    assert rc == 1 and f"--dump-dir {tmp_path / 'file' / 'd'}: cannot create the directory" in err, err
 
 
 def test_dump_dir_of_a_program_that_does_not_parse_is_not_left_behind(tmp_path, capsys):

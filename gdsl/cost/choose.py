@@ -209,7 +209,7 @@ def _reason(best: Candidate, cands: Sequence[Candidate], memory_per_rank: float 
 def fmt_bytes(b: float | None) -> str:
     if b is None:
         return "unlimited"
-    for unit, k in (("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
+    for unit, k in (("PiB", 2 ** 50), ("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
         if b >= k:
             return f"{b / k:.3g} {unit}"
     return f"{b:.0f} B"

@@ -291,6 +291,12 @@ _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str = "graph") -> torch.Tensor:
     if isinstance(x, torch.Tensor):
+        if x.layout != torch.strided or x.is_nested:
+            # was: a raw torch error ("Could not run 'aten::ne.Scalar' ... SparseCPU") from the checks
+            raise GdslError(f"{where}: {what} must be a dense tensor, got a {'nested' if x.is_nested else x.layout} "
+                            f"one; convert it with .to_dense()")
+        if x.device.type == "meta":
+            raise GdslError(f"{where}: {what} is on the meta device (no data)")
         t = x.detach().cpu()
     elif ids and isinstance(x, (list, tuple)) and any(isinstance(v, bool) for v in x):
         raise GdslError(f"{what}: expected integer ids, got booleans")
@@ -307,6 +313,9 @@ def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str =
         t = t.long()   # torch.tensor([]) is float32: an empty edge list
     if t.dtype == torch.uint64 and bool((t.view(torch.int64) < 0).any()):   # would wrap to a negative id
         raise GdslError(f"{what}: value {int(t.numpy().max())} does not fit in int64")
+    if t.is_complex() and dtype != torch.int64:
+        # was: cast with torch's warning, dropping the imaginary part
+        raise GdslError(f"{where}: {what} must be real numbers, got {t.dtype}")
     if dtype == torch.int64 and (t.is_floating_point() or t.is_complex() or (ids and t.dtype == torch.bool)):
         raise GdslError(f"{what}: expected integer ids, got {t.dtype}")
     if dtype == torch.bool and t.dtype != torch.bool:

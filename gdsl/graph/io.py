@@ -5,6 +5,8 @@ refused. Every problem is reported with the file name and what is wrong.
 """
 from __future__ import annotations
 
+import os
+import warnings
 import zipfile
 import zlib
 from importlib import resources
@@ -33,13 +35,58 @@ def resolve_data(spec: str | None) -> Path:
     return Path(spec)
 
 
+FORMAT = REQUIRED + tuple(f"{s}_mask{m}" for s in ("train", "val", "test") for m in ("", "s"))
+
+
+def _known(key: str) -> bool:
+    return key in FORMAT or key.startswith("edge_")
+
+
+def _check_declared_size(p: Path, where: str, key: str) -> None:
+    """Refuse a member whose .npy header declares more data than the archive
+    holds, or more than this machine's memory, before numpy allocates it
+    (was: a raw MemoryError for a crafted 35 PiB header)."""
+    try:
+        with zipfile.ZipFile(p) as zf:
+            info = zf.getinfo(key + ".npy")
+            with zf.open(info) as f:
+                version = np.lib.format.read_magic(f)
+                shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                                   else np.lib.format.read_array_header_2_0(f))
+                header = f.tell()
+    except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error):
+        return   # np.load reports these in its own words below
+    if dtype.hasobject:
+        return   # refused as pickled data below
+    from gdsl.cost.choose import fmt_bytes
+    need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    have = info.file_size - header
+    if need > have:
+        raise GdslError(f"{where}: array '{key}' declares shape {list(shape)} of {dtype} ({fmt_bytes(need)}), but "
+                        f"the archive holds {fmt_bytes(max(have, 0))} of it: the file is corrupt or was cut short")
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return
+    if need > memory:
+        raise GdslError(f"{where}: array '{key}' of shape {list(shape)} needs {fmt_bytes(need)}, more than this "
+                        f"machine's memory ({fmt_bytes(memory)})")
+
+
 def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
     """Load a graph from an .npz file (or a builtin name: 'cora', 'citeseer').
 
     Files with several splits (`train_masks` of shape [S, N]) use split `split`.
     """
-    p = resolve_data(None if path is None else str(path))
+    if path is not None and not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"load_graph takes a path (str or os.PathLike) or a builtin name, got {type(path).__name__}"
+                        + (" (open file objects are not read: pass the file's path)" if hasattr(path, "read") else ""))
+    if isinstance(split, bool) or not isinstance(split, (int, np.integer)):
+        raise TypeError(f"split must be an int, got {type(split).__name__}")
+    p = resolve_data(None if path is None else os.fspath(path))
     where = str(p)
+    if split < 0:
+        raise GdslError(f"{where}: split {split} is not available (splits count from 0)")
     if not p.exists():
         raise GdslError(f"{where}: no such file")
     if p.is_dir():
@@ -56,9 +103,19 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
     try:
         with np.load(p, allow_pickle=False) as z:
             arrays = {}
+            unknown = [k for k in z.files if not _known(k)]
+            if unknown:   # not read (a typo such as 'trian_mask' would otherwise pass unnoticed)
+                warnings.warn(f"{where}: ignoring array{'s' if len(unknown) > 1 else ''} "
+                              f"{', '.join(repr(k) for k in unknown)} (not part of the .npz graph "
+                              f"format: {', '.join(FORMAT)}, edge_*)", stacklevel=2)
             for k in z.files:
+                if not _known(k):
+                    continue
+                _check_declared_size(p, where, k)
                 try:
                     arrays[k] = z[k]
+                except MemoryError:
+                    raise GdslError(f"{where}: array '{k}' does not fit in this machine's memory") from None
                 except ValueError as e:
                     if "pickle" in str(e).lower():
                         raise GdslError(f"{where}: array '{k}' holds pickled Python objects; gdsl never unpickles data") from None
@@ -94,10 +151,12 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
     for name in ("train", "val", "test"):
         single, multi = arrays.get(f"{name}_mask"), arrays.get(f"{name}_masks")
         m, key = single, f"{name}_mask"
-        if multi is not None and multi.ndim == 2 and (multi.dtype != np.bool_ or multi.shape[1] != n):
-            # checked whichever split is used (was: only when this array's split was selected)
-            raise GdslError(f"{where}: array '{name}_masks' must be bool of shape [S, {n}], got dtype "
-                            f"{multi.dtype} shape {list(multi.shape)}")
+        if multi is not None and (multi.ndim != 2 or multi.dtype != np.bool_ or multi.shape[1] != n
+                                  or multi.shape[0] == 0):
+            # checked whichever split is used (was: only when this array's split was selected,
+            # and a 1-d, 3-d or empty one not at all)
+            raise GdslError(f"{where}: array '{name}_masks' must be bool of shape [S, {n}] with S >= 1 splits, "
+                            f"got dtype {multi.dtype} shape {list(multi.shape)}")
         if multi is not None and (split != 0 or single is None):
             if multi.ndim != 2 or not 0 <= split < multi.shape[0]:
                 raise GdslError(f"{where}: split {split} is not available in '{name}_masks' of shape {list(multi.shape)}")

@@ -114,6 +114,9 @@ def check_features(x, rows: int, shape, dtype: torch.dtype = torch.float32,
     want = [rows] + [int(d) for d in shape]
     if not isinstance(x, torch.Tensor):
         raise GdslError(f"the model's input must be a torch.Tensor of shape {want}, got {type(x).__name__}")
+    if x.is_nested or x.layout != torch.strided:   # was: torch's "reshape is not implemented for sparse tensors"
+        raise GdslError(f"the model's input must be a dense tensor, got a {'nested' if x.is_nested else x.layout} "
+                        f"one; use x.to_dense()")
     if list(x.shape) != want:
         raise GdslError(f"the model's input must have shape {want} (the graph's {rows} vertices x the declared "
                         f"features), got {list(x.shape)}")
@@ -195,6 +198,7 @@ class ReferenceModule(nn.Module):
         """One nn.Parameter per `param` op, initialised in op order from torch's
         global generator (so every backend and every rank draws the same values)."""
         self._param_names: list[str] = []
+        self._param_shapes: dict[str, tuple[int, ...]] = {}
         self.dropout_seed, self.step, self._mask_step = 0, 0, 0
         self._step_of_draw: dict[int, int] = {}   # count_step
         self._op_index = {op: i for i, op in enumerate(module.main.ops)}
@@ -207,6 +211,7 @@ class ReferenceModule(nn.Module):
                 p = nn.Parameter(init_param(shape, op.attrs["init"]))
                 holder.register_parameter(pname, p)
                 self._param_names.append(op.attrs["name"])
+                self._param_shapes[op.attrs["name"]] = shape
 
     def reset_parameters(self) -> None:
         """Initialise every param again, in place, as the constructor did:
@@ -228,8 +233,21 @@ class ReferenceModule(nn.Module):
         used: `load_state_dict(assign=True)`, a new `nn.Parameter` assigned,
         `torch.func.functional_call`, `torch.nn.utils.parametrize`."""
         holder = self
-        for part in name.split("."):
-            holder = getattr(holder, part)
+        want = getattr(self, "_param_shapes", {}).get(name)
+        try:
+            for part in name.split("."):
+                holder = getattr(holder, part)
+        except AttributeError:
+            raise GdslError(f"param {name} is no longer on the module, but the program uses it"
+                            + ("" if want is None else f" (a tensor of shape {list(want)})")) from None
+        # what torch code put there must fit the program (was: a backend dropped a None
+        # bias silently while another raised torch's TypeError; a wrong shape: torch's
+        # broadcast error without the param's name)
+        if not isinstance(holder, torch.Tensor):
+            raise GdslError(f"param {name} is {type(holder).__name__}, but the program uses it: it must be a tensor"
+                            + ("" if want is None else f" of shape {list(want)}"))
+        if want is not None and tuple(holder.shape) != want:
+            raise GdslError(f"param {name} has shape {list(holder.shape)}, but the program declares {list(want)}")
         return holder
 
     @property
@@ -326,7 +344,12 @@ class ReferenceModule(nn.Module):
         buffers, follow the params, so a float64 module runs in float64
         throughout (torch.autograd.gradcheck)."""
         current = getattr(self, "_float", torch.float32)
-        dtype = fn(torch.zeros(0, dtype=current)).dtype
+        probe = fn(torch.zeros(0, dtype=current))
+        dtype = probe.dtype
+        if isinstance(probe, torch.Tensor) and probe.device.type == "meta":
+            # was: accepted, then torch's "Could not run 'aten::addmm.out' ... SparseCsrMeta" at the call
+            raise GdslError("a gdsl module cannot move to the meta device: it holds the graph's data "
+                            "(edges, constants); the params are unchanged")
         if dtype not in (torch.float32, torch.float64):
             raise GdslError(f"a gdsl module runs in float32 or float64 (model.float(), model.double()), "
                             f"not {str(dtype).removeprefix('torch.')}; the params are unchanged")
@@ -364,7 +387,7 @@ class ReferenceModule(nn.Module):
         torch's error (or silence) deep in the loss."""
         op = self.loss_op
         if op is None:
-            raise RuntimeError("the program has no train block with a loss")
+            raise GdslError("the program has no train block with a loss")
         want = tuple(int(d) for d in op.operands[0].type.shape)
         if not isinstance(out, torch.Tensor) or out.dim() < 1 or tuple(out.shape[1:]) != want:
             got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
