@@ -314,6 +314,9 @@ CASES = [
      '39:17', 'delay = 3 cannot hold for partition = rows(hash)'),
     ('edge-labels-reported-once', 'gcn.gd', 'input Y : vertex label[C]', 'input Y : edge label[C]',
      '4:16', 'labels are vertex inputs'),
+    # a tensor divided by a static expression that is 0 (was: compiled, then a NaN loss at epoch 1)
+    ('tensor-division-by-static-zero', 'gcn.gd', 'h = dropout(h, p)', 'h = dropout(h / (p - 0.5), p)',
+     '21:17', "division by zero: '(p - 0.5)' is 0 here"),
     ('push-pull-depth-zero', 'gat.gd', '    order     = auto\n', '    order     = auto\n    pipeline  = push_pull(depth = 0)\n',
      '40:35', "push_pull option 'depth' must be a positive integer"),
 ]
@@ -425,7 +428,18 @@ def test_deeply_nested_expressions(tmp_path, capsys, expr, col):
     err, errors = compile_errors(tmp_path, capsys, src)
     assert len(errors) == 1 and (errors[0]["line"], errors[0]["col"]) == ("21", str(col)), err[:300]
     assert "expression nested deeper than 100 levels" in errors[0]["msg"]
+    assert ("a chain of binary operators nests one level per operator" in errors[0]["msg"]) == (expr[:2] == "h ")
     assert "RecursionError" not in err
+
+
+def test_an_error_in_a_layer_body_names_the_call(tmp_path, capsys):
+    """A body that fails for one call of several: a note points at that call
+    and its static arguments (was: only the body's line)."""
+    src = edit("gcn.gd", "    apply     out = s + b\n", "    apply     out = s / (dout - 7) + b\n")
+    err, errors = compile_errors(tmp_path, capsys, src, "--data", "cora")   # C = 7: the second call fails
+    assert [(m["line"], m["col"]) for m in errors] == [("14", "21")], err
+    assert "division by zero: '(dout - 7)' is 0 here" in errors[0]["msg"]
+    assert f"{tmp_path / 'prog.gd'}:22:12: note: in this call of GCNConv (dout = 7)" in err, err
 
 
 def test_nesting_at_the_limit_compiles(tmp_path, capsys):

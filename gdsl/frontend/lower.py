@@ -89,7 +89,7 @@ class Lowerer:
         self.call_count: dict[str, int] = {}
         self.called_layers: set[str] = set()
         # (layer, call span, its static arg names) of the layer calls being lowered
-        self.call_sites: list[tuple[str, Span, set]] = []
+        self.call_sites: list[tuple[str, Span, dict]] = []
         self.cur_stage = "model"
         self.unrolled = 0   # repeat iterations unrolled so far (capped at MAX_UNROLL in all)
         # Feature shapes in terms of a layer's own static args and dims
@@ -99,7 +99,14 @@ class Lowerer:
 
     # ---- helpers -----------------------------------------------------------
     def error(self, span: Span, msg: str, needs_data: bool = False) -> None:
-        self.diags.error(span, msg, needs_data=needs_data)
+        notes = ()
+        if self.call_sites:
+            # an error in a layer body: which call gave the values it failed with (was:
+            # only the body's line, for a layer that one call of several fails)
+            name, where, statics = self.call_sites[-1]
+            args = ", ".join(f"{k} = {_fmt(v)}" for k, v in statics.items())
+            notes = (self.diags.note(where, f"in this call of {name}" + (f" ({args})" if args else "")),)
+        self.diags.error(span, msg, notes, needs_data=needs_data)
         raise _Bail()
 
     def global_dim(self, name: str) -> sympy.Expr:
@@ -649,6 +656,9 @@ class Lowerer:
                 return self.emit(sc, "matmul", [a, w], {}, e.span)
             case ast.BinOp(op=o):
                 a, b = self.operands(e.lhs, e.rhs, sc)
+                if o == "/" and _static_value(e.rhs, sc.env) == 0:
+                    # as in a static expression (was: compiled, then a NaN loss at epoch 1)
+                    self.error(e.span, f"division by zero: '{ast.format_expr(e.rhs)}' is 0 here")
                 return self.emit(sc, {"+": "add", "-": "sub", "*": "mul", "/": "div"}[o], [a, b], {}, e.span)
             case ast.Attr():
                 return self.endpoint(e, sc)
@@ -800,7 +810,7 @@ class Lowerer:
         self.called_layers.add(name)  # a call that failed before here leaves the layer to check_uncalled
         func = self.instances.get(key)
         if func is None:
-            self.call_sites.append((name, e.span, set(statics)))
+            self.call_sites.append((name, e.span, dict(statics)))
             try:
                 func = self.lower_layer(layer, statics, env, [v.type for v in values])
             finally:
@@ -896,6 +906,26 @@ class Lowerer:
         saved = dict(self.funcs)
         self.lower_layer(layer, {k: b.static for k, b in env.items()}, env, types)
         self.funcs = saved
+
+
+def _static_value(e: ast.Expr, env) -> sympy.Expr | None:
+    """The value of `e` when it is built from numbers and static names
+    (static arguments, dimensions) only; None when it reads a tensor."""
+    match e:
+        case ast.Number(value=v):
+            return sympy.Integer(v) if isinstance(v, int) else sympy.Float(v)
+        case ast.Name(id=n):
+            b = env.get(n)
+            return None if b is None or b.static is None else b.static
+        case ast.Neg(operand=x):
+            v = _static_value(x, env)
+            return None if v is None else -v
+        case ast.BinOp(op=o, lhs=l, rhs=r) if o in "+-*/":
+            a, b = _static_value(l, env), _static_value(r, env)
+            if a is None or b is None or (o == "/" and b == 0):
+                return None
+            return {"+": a + b, "-": a - b, "*": a * b, "/": a / b}[o]
+    return None
 
 
 def _names_in(e: ast.Expr):

@@ -127,16 +127,21 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
 def _check_depth(tree, file: str, source: str) -> None:
     """Refuse expressions nested deeper than MAX_NESTING (`- - - x`, `a + a + ...`),
     walking without recursion, so later recursive phases cannot overflow."""
-    stack = [(tree, 0)]
+    stack = [(tree, 0, 0)]
     while stack:
-        node, depth = stack.pop()
+        node, depth, run = stack.pop()   # run: how many levels up to here are binary operators in a row
         if node.data in _EXPR_RULES:
             depth += 1
+            run = run + 1 if node.data == "binop" else 0
             if depth > MAX_NESTING:
                 m = node.meta
                 span = Span(m.line, m.column, m.line, m.column + 1, file)
-                raise CompileError([Diagnostic(span, f"expression nested deeper than {MAX_NESTING} levels")], source)
-        stack.extend((c, depth) for c in node.children if isinstance(c, Tree))
+                # `a + b + ...` nests one level per operator (was: said nothing of that)
+                why = (" (a chain of binary operators nests one level per operator: split it over several "
+                       "statements)" if run > MAX_NESTING // 2 else "")
+                raise CompileError([Diagnostic(span, f"expression nested deeper than {MAX_NESTING} levels{why}")],
+                                   source)
+        stack.extend((c, depth, run) for c in node.children if isinstance(c, Tree))
 
 
 _CLOSER = {")": "(", "]": "[", "}": "{"}
