@@ -294,6 +294,19 @@ def cmd_plan(args, parser) -> int:
     hinted = _plan_hint(sched, result, args.np_)
     if hinted:
         print(hinted["line"])
+    ran = None
+    if not (hinted and hinted["applies"]):
+        # as `gdsl compile --np` records and `gdsl run --np` does: the fastest plan the
+        # ranks can run (was: a choice they refuse, e.g. rows_replicated with `to = src`, unremarked)
+        from gdsl.cost.choose import fmt_time
+        from gdsl.planning import runnable
+        overrides = _overrides(args.set, parser)
+        ran = runnable(result, lambda d: compile_source(source, args.program, dims=dims, overrides=overrides,
+                                                        train=args.train, delay=d).module)
+        if ran.skipped:
+            best = ran.choice.best
+            print(f"runs: the ranks cannot run {ran.skipped} for this program yet, so `gdsl run --np {args.np_}` "
+                  f"and `gdsl compile --np` take {best.name} ({fmt_time(best.time)} per epoch predicted)")
     if args.json:
         from gdsl.runtime.files import write_json
         write_json(args.json, {
@@ -306,6 +319,8 @@ def cmd_plan(args, parser) -> int:
                             "memory_per_rank": c.memory_bytes, "fits": c.fits, "exact": c.cost.exact,
                             "pareto": any(c is p for p in result.choice.pareto)} for c in result.choice.candidates],
             **({"schedule_hint": {k: v for k, v in hinted.items() if k != "line"}} if hinted else {}),
+            **({"executes": ran.choice.best.name, "fastest_not_runnable": ran.skipped} if ran and ran.skipped
+               else {}),
         })
     return 0
 

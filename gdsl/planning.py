@@ -171,11 +171,18 @@ def hinted_choice(choice: Choice, hint: str, delay, P: int) -> tuple[Choice, boo
             continue
         if want.strategy == "vertex_cut" and dict(cand.cost.params).get("delay") != label:
             continue
-        if cand is choice.best:
+        alike = ""
+        if want.strategy == "rows" and want.arg != got.arg:
+            # rows(random) / rows(block) are priced as rows(hash); name the plan run executes
+            # (was: "executes rows(partition=hash)" for a rows(random) hint)
+            params = tuple((k, want.arg if k == "partition" else v) for k, v in cand.cost.params)
+            cand = replace(cand, cost=replace(cand.cost, params=params))
+            alike = f", priced as rows({got.arg}) (the cost model prices hash, random and block rows alike)"
+        elif cand is choice.best:
             return choice, True
         why = (f"{cand.name}: the schedule's hint (partition = {hint}"
                + (f", delay = {want.delay}" if want.strategy == "vertex_cut" and want.delay != 0 else "")
-               + f"), {fmt_time(cand.time)} per epoch predicted"
+               + f"), {fmt_time(cand.time)} per epoch predicted{alike}"
                + ("" if cand.fits else f", over the memory per rank ({fmt_bytes(cand.memory_bytes)})")
                + f"; the cost model's own choice: {choice.reason}")
         return replace(choice, best=cand, reason=why), True

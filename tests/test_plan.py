@@ -137,6 +137,14 @@ def test_plan_says_what_the_schedule_hint_makes_run_execute(tmp_path):
     assert code == 0 and "not a plan the cost model prices for P=4" in out, out
     code, out, err = run_gdsl(["plan", GCN, "--data", "cora", "--np", "4", "--json", str(tmp_path / "q.json")])
     assert code == 0 and "schedule:" not in out and "schedule_hint" not in json.loads((tmp_path / "q.json").read_text())
+    # rows(random) / rows(block): priced as rows(hash), named as run executes them (was: "executes
+    # rows(partition=hash)", and compile --np recorded strategy="rows(partition=hash)")
+    for arg in ("random", "block"):
+        prog.write_text(base + f"\nschedule {{\n    partition = rows({arg})\n}}\n")
+        code, out, err = run_gdsl(["plan", str(prog), "--data", "cora", "--np", "4"])
+        assert code == 0 and f"executes rows(partition={arg}) (" in out and "priced as rows(hash)" not in out, out
+        code, ir, err = run_gdsl(["compile", str(prog), "--data", "cora", "--np", "4"])
+        assert code == 0 and f'strategy="rows(partition={arg})"' in ir.splitlines()[0], ir.splitlines()[0]
 
 
 def test_auto_chooses_a_plan_the_ranks_can_run():
@@ -163,6 +171,12 @@ def test_auto_chooses_a_plan_the_ranks_can_run():
     plan_attr = re.search(r"plan=\{(.*?)\}", out.splitlines()[0]).group(1)
     assert 'fastest_not_runnable="redistribute(' in plan_attr
     assert 'runner_up="redistribute(' not in plan_attr   # nor is the runner-up a plan the ranks cannot run
+    # `gdsl plan` says so too (was: its choice line named RDM without a word)
+    fastest = re.search(r'fastest_not_runnable="([^"]+)"', plan_attr).group(1)
+    recorded = re.search(r'strategy="([^"]+)"', plan_attr).group(1)
+    code, out, err = run_gdsl(["plan", str(ROOT / "programs" / "gat.gd"), "--data", "cora", "--np", "16"])
+    assert code == 0 and f"runs: the ranks cannot run {fastest} for this program yet, so `gdsl run --np 16` " \
+        f"and `gdsl compile --np` take {recorded} (" in out, out
     assert re.search(r'strategy="(\w+)', plan_attr).group(1) == {"rows": "edge_cut"}.get(spec.strategy, spec.strategy) \
         or spec.strategy == "rows" and 'strategy="rows(' in plan_attr
 
