@@ -295,9 +295,10 @@ def cmd_plan(args, parser) -> int:
     if hinted:
         print(hinted["line"])
     ran = None
-    if not (hinted and hinted["applies"]):
+    if args.data and not (hinted and hinted["applies"]):
         # as `gdsl compile --np` records and `gdsl run --np` does: the fastest plan the
-        # ranks can run (was: a choice they refuse, e.g. rows_replicated with `to = src`, unremarked)
+        # ranks can run (was: a choice they refuse, e.g. rows_replicated with `to = src`, unremarked);
+        # with --data only, as those commands (the ranks' checks import torch)
         from gdsl.cost.choose import fmt_time
         from gdsl.planning import runnable
         overrides = _overrides(args.set, parser)

@@ -130,7 +130,7 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
     diags.raise_if_any(source)
     if module is None:  # pragma: no cover - lower reports why
         raise CompileError([Diagnostic(Span(1, 1, 1, 2, file), "nothing to compile")], source)
-    warnings = unused_params(module)
+    warnings = sorted(checked.warnings + unused_params(module), key=Diagnostic.sort_key)
     if after_each:
         after_each("lower", module)
     ctx = PassContext(dims=dict(dims or {}), options={"delay": delay})

@@ -223,6 +223,21 @@ def test_a_param_the_layer_never_uses_is_a_warning(tmp_path):
     assert code == 0 and err.count("is never used") == 2 and "GdslWarning" not in err
 
 
+def test_a_metric_listed_twice_is_a_warning(tmp_path):
+    """Was: reported once without a word (the metrics are keyed by mask)."""
+    import gdsl
+    text = (ROOT / "programs" / "gcn.gd").read_text()
+    old = "eval      = accuracy(mask = val), accuracy(mask = test)"
+    assert text.count(old) == 1
+    prog_file = tmp_path / "twice.gd"
+    prog_file.write_text(text.replace(old, old + ", accuracy(mask = val)"))
+    code, out, err = run_gdsl(["compile", str(prog_file)])
+    assert code == 0 and f"{prog_file}:30:62: warning: accuracy(mask = val) is listed twice in eval; it is " \
+        "reported once" in err, err
+    with pytest.warns(gdsl.GdslWarning, match="listed twice in eval"):
+        gdsl.compile(str(prog_file))
+
+
 def test_the_example_programs_compile_without_warnings():
     import warnings
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from gdsl.diagnostics import DiagnosticBag, GdslError, Span
+from gdsl.diagnostics import Diagnostic, DiagnosticBag, GdslError, Span
 from gdsl.frontend import ast
 
 GRAPH_OPTIONS = ("self_loops", "symmetric")
@@ -70,6 +70,7 @@ class CheckedProgram:
     schedule: dict[str, Any] = field(default_factory=dict)
     order_hints: list[ast.OrderHint] = field(default_factory=list)
     schedule_spans: dict[str, Span] = field(default_factory=dict)
+    warnings: list[Diagnostic] = field(default_factory=list)   # severity "warning": compiled.warnings
 
 
 def _number(e: ast.Expr) -> float | int | None:
@@ -375,6 +376,10 @@ class Checker:
                     self.diags.error(k.span, f"unknown metric option '{k.name}' (expected mask)")
                 else:
                     mask = self.mask_ref(k.value)
+            if (name, mask) in cfg.eval:
+                # reported once (was: dropped without a word)
+                self.out.warnings.append(Diagnostic(e.span, f"{ast.format_expr(e)} is listed twice in eval; it is "
+                                                            "reported once", "warning"))
             cfg.eval.append((name, mask))
 
     # ---- schedule
