@@ -118,13 +118,12 @@ train t { model = M; loss = cross_entropy(Y, mask = train) }
     ("    order = dense_first\n", "18:13", "order = dense_first cannot be carried out for L#1: the order pass"),
 ])
 def test_a_reorder_the_order_pass_cannot_do_is_an_error(tmp_path, schedule, where, what):
-    """`src.h * 0.5 * 2` is linear, so the hint can hold, but canonicalize
-    moves its number-only product to the vertex side (`src.(h * 0.5) * 2`),
-    a different tensor from the other term's `src.h`, so fold-edge-constants
-    does not factor the sum to the one form the order pass rewrites (an
-    endpoint tensor times a graph constant). Was: accepted, and the layer
-    ran sparse-first silently."""
-    text = SUM_OF_MESSAGES.replace("MSG", "src.h / max(dst.degree, 1) - src.h * 0.5 * 2")
+    """The message is linear, so the hint can hold, but its two `src.h * 2`
+    are one value after CSE, used twice, and fold-edge-constants factors
+    only products with one use, so it does not bring the sum to the one form
+    the order pass rewrites (an endpoint tensor times a graph constant).
+    Was: accepted, and the layer ran sparse-first silently."""
+    text = SUM_OF_MESSAGES.replace("MSG", "src.h * 2 - (src.h * 2 + src.h / max(dst.degree, 1))")
     f = tmp_path / "p.gd"
     f.write_text(text + "schedule {\n" + schedule + "}\n")
     code, _, err = run_gdsl(["compile", str(f)])
@@ -146,7 +145,9 @@ def test_a_reorder_the_order_pass_cannot_do_is_an_error(tmp_path, schedule, wher
                                  "src.h + src.h / max(dst.degree, 1) - src.h * 0.5",
                                  # terms of src.h and -src.h (were refused: not factored)
                                  "src.h * 0.5 - (-src.h) / max(dst.degree, 1)",
-                                 "-(-src.h / max(dst.degree, 1)) - (-src.h) * 0.5"])
+                                 "-(-src.h / max(dst.degree, 1)) - (-src.h) * 0.5",
+                                 # a number-only product and a negated quotient (were refused)
+                                 "src.h * 0.25 * 2 - (-(src.h / max(dst.degree, 1) / 1))"])
 @pytest.mark.parametrize("order", ["sparse_first", "dense_first"])
 def test_a_sum_of_edge_factored_terms_folds_and_reorders(msg, order):
     """`x * c1 + x / c2 - x` with graph constants c is linear in x:

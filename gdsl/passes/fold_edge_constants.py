@@ -77,7 +77,8 @@ class FoldEdgeConstants:
     @classmethod
     def reassociate(cls, f) -> bool:
         """One round of `(x * c1) * c2 -> x * (c1 * c2)` (and the same with
-        `/` on either side, and `c2 * (c1 * x)`; `(-x) * c2 -> x * (-c2)`), where x is not a graph
+        `/` on either side, and `c2 * (c1 * x)`; `(-x) * c2 -> x * (-c2)` and `-(x * c) -> x * (-c)`; c1, c2 may
+        both be numbers: `x * 0.5 * 2 -> x * (0.5 * 2)`), where x is not a graph
         constant and c1, c2 are per-edge scalar constants or numbers: a
         left-associated chain of edge factors, as in `src.h *
         rsqrt(src.degree) * rsqrt(dst.degree)`, gathers its factors into one
@@ -91,6 +92,24 @@ class FoldEdgeConstants:
             return v in const and v.type.shape == ()
 
         for i, op in enumerate(f.ops):
+            if op.name == "neg" and op.result.type.domain == "edge" and op.result not in const:
+                # -(x * c) = x * (-c); -(x / c) = x / (-c)
+                a = op.operands[0]
+                inner = a.owner
+                if (inner is None or inner.name not in ("mul", "div") or a in f.results
+                        or len(users.get(a, [])) != 1):
+                    continue
+                x, c = inner.operands
+                if inner.name == "mul" and factor(x) and not factor(c):
+                    x, c = c, x
+                if not factor(c) or x in const:
+                    continue
+                attrs = {k: op.attrs[k] for k in ("scope", "stage") if k in op.attrs}
+                nc = Value(c.type, "")
+                f.ops[i:i + 1] = [Op("neg", [c], nc, attrs, op.span),
+                                  Op(inner.name, [x, nc], op.result, op.attrs, op.span)]
+                f.dead_code_elim()
+                return True
             if op.name not in ("mul", "div") or op.result.type.domain != "edge" or op.result in const:
                 continue
             a, c2 = op.operands
@@ -115,8 +134,6 @@ class FoldEdgeConstants:
                 x, c1 = c1, x
             if not factor(c1) or x in const:
                 continue
-            if "edge" not in (c1.type.domain, c2.type.domain):
-                continue   # two numbers: leave them to canonicalize
             # x*c1*c2 = x*(c1*c2); x*c1/c2 = x*(c1/c2); x/c1*c2 = x*(c2/c1); x/c1/c2 = x/(c1*c2)
             name, l, r, outer = {("mul", "mul"): ("mul", c1, c2, "mul"), ("mul", "div"): ("div", c1, c2, "mul"),
                                  ("div", "mul"): ("div", c2, c1, "mul"),
