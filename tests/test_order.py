@@ -112,18 +112,18 @@ train t { model = M; loss = cross_entropy(Y, mask = train) }
 
 
 @pytest.mark.parametrize("schedule,where,what", [
-    ("    order L#1 = dense_first\n", "18:17", "order L#1 = dense_first cannot be carried out: the order pass"),
-    ("    order L#2 = sparse_first(backward = sparse_first)\n", "18:17",
+    ("    order L#1 = dense_first\n", "19:17", "order L#1 = dense_first cannot be carried out: the order pass"),
+    ("    order L#2 = sparse_first(backward = sparse_first)\n", "19:17",
      "order L#2 = sparse_first(backward = sparse_first) cannot be carried out: the order pass"),
-    ("    order = dense_first\n", "18:13", "order = dense_first cannot be carried out for L#1: the order pass"),
+    ("    order = dense_first\n", "19:13", "order = dense_first cannot be carried out for L#1: the order pass"),
 ])
 def test_a_reorder_the_order_pass_cannot_do_is_an_error(tmp_path, schedule, where, what):
-    """The message is linear, so the hint can hold, but its two `src.h * 2`
-    are one value after CSE, used twice, and fold-edge-constants factors
-    only products with one use, so it does not bring the sum to the one form
-    the order pass rewrites (an endpoint tensor times a graph constant).
-    Was: accepted, and the layer ran sparse-first silently."""
-    text = SUM_OF_MESSAGES.replace("MSG", "src.h * 2 - (src.h * 2 + src.h / max(dst.degree, 1))")
+    """The message is linear in h, so the hint can hold, but its terms read
+    two vertex tensors, `h` and `h2 = h * 2`, not one endpoint tensor times
+    a graph constant, the form the order pass rewrites. Was: accepted, and
+    the layer ran sparse-first silently."""
+    text = SUM_OF_MESSAGES.replace("    scatter m = MSG", "    apply h2 = h * 2\n    scatter m = MSG").replace(
+        "MSG", "src.h + src.h2 / max(dst.degree, 1)")
     f = tmp_path / "p.gd"
     f.write_text(text + "schedule {\n" + schedule + "}\n")
     code, _, err = run_gdsl(["compile", str(f)])
@@ -147,7 +147,9 @@ def test_a_reorder_the_order_pass_cannot_do_is_an_error(tmp_path, schedule, wher
                                  "src.h * 0.5 - (-src.h) / max(dst.degree, 1)",
                                  "-(-src.h / max(dst.degree, 1)) - (-src.h) * 0.5",
                                  # a number-only product and a negated quotient (were refused)
-                                 "src.h * 0.25 * 2 - (-(src.h / max(dst.degree, 1) / 1))"])
+                                 "src.h * 0.25 * 2 - (-(src.h / max(dst.degree, 1) / 1))",
+                                 # a product CSE shares between terms (was refused)
+                                 "src.h * 2 - (src.h * 2 - src.h * 0.5) + src.h / max(dst.degree, 1)"])
 @pytest.mark.parametrize("order", ["sparse_first", "dense_first"])
 def test_a_sum_of_edge_factored_terms_folds_and_reorders(msg, order):
     """`x * c1 + x / c2 - x` with graph constants c is linear in x:

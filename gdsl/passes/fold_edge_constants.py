@@ -42,7 +42,7 @@ class FoldEdgeConstants:
 
     def run(self, module: Module, ctx: PassContext) -> Module:
         f = module.main
-        while self.reassociate(f) or self.factor_out(f):
+        while self.reassociate(f) or self.factor_out(f) or self.collect(f):
             pass
         const = self.constants(f)
         users = f.uses()
@@ -217,6 +217,63 @@ class FoldEdgeConstants:
             edge = "edge" in (c1.type.domain, c2.type.domain)
             c = emit(op.name, [c1, c2], Type("edge", "f32", ()) if edge else number)
             f.ops[i:i + 1] = new + [Op("mul", [p[0], c], op.result, op.attrs, op.span)]
+            f.dead_code_elim()
+            return True
+        return False
+
+    @classmethod
+    def collect(cls, f) -> bool:
+        """What `factor_out` leaves: a sum whose terms reach one value x only
+        through products or negations used more than once (CSE shares
+        `src.h * 2` between two terms), `src.h * 2 - (src.h * 2 + src.h / c)`.
+        The sum's linear map {x: coefficient} is computed over the whole
+        expression DAG (memoised, so shared subexpressions cost once); when
+        it has one x, the sum becomes `x * k` with k one folded constant.
+        One rewrite per call; True if it rewrote."""
+        const = cls.constants(f)
+        number = Type("scalar", "f32", ())
+        memo: dict[Value, dict[Value, sympy.Expr]] = {}
+
+        def scalar(c: Value) -> bool:
+            return c in const and c.type.shape == ()
+
+        def lin(v: Value) -> dict[Value, sympy.Expr]:
+            """v as a sum of coefficient * value (a value that is not a sum,
+            product by a constant or negation is its own term)."""
+            if v in memo:
+                return memo[v]
+            op, out = v.owner, None
+            if op is not None and v.type.domain == "edge" and v not in const:
+                a = op.operands
+                if op.name in ("add", "sub") and not any(scalar(x) for x in a):
+                    out = dict(lin(a[0]))
+                    sign = 1 if op.name == "add" else -1
+                    for k, c in lin(a[1]).items():
+                        out[k] = out.get(k, 0) + sign * c
+                elif op.name == "neg":
+                    out = {k: -c for k, c in lin(a[0]).items()}
+                elif op.name == "mul" and scalar(a[1]) != scalar(a[0]):
+                    x, c = (a[0], a[1]) if scalar(a[1]) else (a[1], a[0])
+                    out = {k: const[c] * e for k, e in lin(x).items()}
+                elif op.name == "div" and scalar(a[1]) and not scalar(a[0]):
+                    out = {k: e / const[a[1]] for k, e in lin(a[0]).items()}
+            memo[v] = out if out is not None else {v: sympy.Integer(1)}
+            return memo[v]
+
+        for i, op in enumerate(f.ops):
+            if op.name not in ("add", "sub") or op.result.type.domain != "edge" or op.result in const:
+                continue
+            terms = lin(op.result)
+            if len(terms) != 1:
+                continue
+            (x, k), = terms.items()
+            if x is op.result or x.type != op.result.type:
+                continue
+            attrs = {a: op.attrs[a] for a in ("scope", "stage") if a in op.attrs}
+            c = Value(Type("edge", "f32", ()) if k.free_symbols else number, "")
+            make = (Op("edge_const", [], c, {"expr": k, **attrs}, op.span) if k.free_symbols
+                    else Op("const", [], c, {"value": float(k), **attrs}, op.span))
+            f.ops[i:i + 1] = [make, Op("mul", [x, c], op.result, op.attrs, op.span)]
             f.dead_code_elim()
             return True
         return False
