@@ -242,7 +242,7 @@ def _random_linear_message(rng, depth: int) -> str:
 
 def test_random_linear_messages_fold_exactly():
     """fold-edge-constants rewrites sums, negations and products of one
-    endpoint tensor into `src.h * w` (reassociate, factor_out, collect):
+    endpoint tensor into `src.h * w` (reassociate, collect):
     for random linear messages the folded program's output equals the
     message evaluated term by term in float64, and every one folds to a
     single product (so an order hint could reorder it)."""

@@ -11,7 +11,7 @@ for vertex constants; `src_degree`, `dst_degree`, `src_out_degree`,
 A chain of factors is first regrouped, `(x * c1) * c2 -> x * (c1 * c2)`
 (`reassociate`), so `src.h * rsqrt(src.degree) * rsqrt(dst.degree)` folds to
 one constant, and a sum of such products of one value is factored,
-`x * c1 - x * c2 -> x * (c1 - c2)` (`factor_out`). Division by such a
+`x * c1 - x * c2 -> x * (c1 - c2)` (`collect`). Division by such a
 constant becomes multiplication by its reciprocal, so messages always take
 the form `src.x * w`.
 
@@ -42,7 +42,7 @@ class FoldEdgeConstants:
 
     def run(self, module: Module, ctx: PassContext) -> Module:
         f = module.main
-        while self.reassociate(f) or self.factor_out(f) or self.collect(f):
+        while self.reassociate(f) or self.collect(f):
             pass
         const = self.constants(f)
         users = f.uses()
@@ -147,89 +147,17 @@ class FoldEdgeConstants:
         return False
 
     @classmethod
-    def factor_out(cls, f) -> bool:
-        """One round of `x * c1 + x * c2 -> x * (c1 + c2)` (and `-`; a term
-        may be `x / c`, `x` itself with coefficient 1, or any of these
-        negated, `-x` or `(-x) / c`: coefficient times -1), where x is one
-        value that is not a graph constant and c1, c2 are per-edge scalar
-        constants or numbers: a message summed from terms with different
-        edge factors, `src.h / dst.degree + src.h * 0.5`, is linear in x and
-        becomes `src.x * w`, the form the order pass reorders; with numbers
-        only, `src.h * 2 - src.h`, it becomes `src.h * 1`.  Only where each
-        product (and negation) has no other use.  True if it rewrote."""
-        const = cls.constants(f)
-        users = f.uses()
-
-        def scalar(c: Value) -> bool:
-            return c in const and c.type.shape == ()
-
-        def single(v: Value) -> bool:
-            return v.owner is not None and v not in f.results and len(users.get(v, [])) == 1
-
-        def unsigned(v: Value) -> tuple[Value, int]:
-            """v = sign * u, through single-use negations."""
-            sign = 1
-            while single(v) and v.owner.name == "neg" and v not in const:
-                v, sign = v.owner.operands[0], -sign
-            return v, sign
-
-        def term(v: Value):
-            """(x, sign, how, c): v is sign * x * c ("mul"), sign * x / c ("div")
-            or sign * x ("one", c None)."""
-            v, sign = unsigned(v)
-            op = v.owner
-            if single(v) and op.name in ("mul", "div"):
-                a, b = op.operands
-                if scalar(b) and a not in const:
-                    x, s2 = unsigned(a)
-                    return x, sign * s2, op.name, b
-                if op.name == "mul" and scalar(a) and b not in const:
-                    x, s2 = unsigned(b)
-                    return x, sign * s2, "mul", a
-            return (v, sign, "one", None) if v not in const else None
-
-        for i, op in enumerate(f.ops):
-            if op.name not in ("add", "sub") or op.result.type.domain != "edge" or op.result in const:
-                continue
-            p, q = term(op.operands[0]), term(op.operands[1])
-            if p is None or q is None or p[0] is not q[0] or p[0].type != op.result.type:
-                continue
-            attrs = {k: op.attrs[k] for k in ("scope", "stage") if k in op.attrs}
-            new: list[Op] = []
-            number = Type("scalar", "f32", ())
-
-            def emit(name: str, operands: list[Value], t: Type, **extra) -> Value:
-                r = Value(t, "")
-                new.append(Op(name, operands, r, {**extra, **attrs}, op.span))
-                return r
-
-            def coefficient(sign: int, how: str, c: Value | None) -> Value:
-                if how == "mul":
-                    r = c
-                elif how == "one":
-                    return emit("const", [], number, value=float(sign))
-                else:
-                    r = emit("div", [emit("const", [], number, value=1.0), c],
-                             c.type if c.type.domain == "edge" else number)
-                return r if sign > 0 else emit("neg", [r], r.type)
-
-            c1, c2 = coefficient(*p[1:]), coefficient(*q[1:])
-            edge = "edge" in (c1.type.domain, c2.type.domain)
-            c = emit(op.name, [c1, c2], Type("edge", "f32", ()) if edge else number)
-            f.ops[i:i + 1] = new + [Op("mul", [p[0], c], op.result, op.attrs, op.span)]
-            f.dead_code_elim()
-            return True
-        return False
-
-    @classmethod
     def collect(cls, f) -> bool:
-        """What `factor_out` leaves: a sum whose terms reach one value x only
-        through products or negations used more than once (CSE shares
-        `src.h * 2` between two terms), `src.h * 2 - (src.h * 2 + src.h / c)`.
-        The sum's linear map {x: coefficient} is computed over the whole
-        expression DAG (memoised, so shared subexpressions cost once); when
-        it has one x, the sum becomes `x * k` with k one folded constant.
-        One rewrite per call; True if it rewrote."""
+        """One sum of terms of one value x with per-edge or numeric factors
+        becomes `x * k` with k one folded constant: `x * c1 + x / c2 - x` ->
+        `x * (c1 + 1/c2 - 1)`, through negations (`(-x) / c2`) and products
+        CSE shares between terms (`src.h * 2 - (src.h * 2 - src.h / c)`). The
+        sum's linear map {x: coefficient} is computed over its expression DAG
+        (memoised, so a shared subexpression costs once); a sum of terms of
+        several values is left alone. So a message summed from terms with
+        different edge factors, `src.h / dst.degree + src.h * 0.5`, becomes
+        `src.x * w`, the form the order pass reorders. One rewrite per call;
+        True if it rewrote."""
         const = cls.constants(f)
         number = Type("scalar", "f32", ())
         memo: dict[Value, dict[Value, sympy.Expr]] = {}
@@ -270,7 +198,7 @@ class FoldEdgeConstants:
             if x is op.result or x.type != op.result.type:
                 continue
             attrs = {a: op.attrs[a] for a in ("scope", "stage") if a in op.attrs}
-            c = Value(Type("edge", "f32", ()) if k.free_symbols else number, "")
+            c = Value(Type("edge", "f32", ()) if k.free_symbols else number, "w" if k.free_symbols else "")
             make = (Op("edge_const", [], c, {"expr": k, **attrs}, op.span) if k.free_symbols
                     else Op("const", [], c, {"value": float(k), **attrs}, op.span))
             f.ops[i:i + 1] = [make, Op("mul", [x, c], op.result, op.attrs, op.span)]
