@@ -42,18 +42,17 @@ def _known(key: str) -> bool:
     return key in FORMAT or key.startswith("edge_")
 
 
-def _check_declared_size(p: Path, where: str, key: str) -> None:
+def _check_declared_size(zf: zipfile.ZipFile, where: str, key: str) -> None:
     """Refuse a member whose .npy header declares more data than the archive
     holds, or more than this machine's memory, before numpy allocates it
     (was: a raw MemoryError for a crafted 35 PiB header)."""
     try:
-        with zipfile.ZipFile(p) as zf:
-            info = zf.getinfo(key + ".npy")
-            with zf.open(info) as f:
-                version = np.lib.format.read_magic(f)
-                shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
-                                   else np.lib.format.read_array_header_2_0(f))
-                header = f.tell()
+        info = zf.getinfo(key + ".npy")
+        with zf.open(info) as f:
+            version = np.lib.format.read_magic(f)
+            shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0(f))
+            header = f.tell()
     except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error):
         return   # np.load reports these in its own words below
     if dtype.hasobject:
@@ -111,7 +110,7 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
             for k in z.files:
                 if not _known(k):
                     continue
-                _check_declared_size(p, where, k)
+                _check_declared_size(z.zip, where, k)   # the archive np.load holds open
                 try:
                     arrays[k] = z[k]
                 except MemoryError:
