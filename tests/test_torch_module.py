@@ -476,3 +476,54 @@ def test_dims_bind_a_trained_model_to_a_graph_without_all_classes(backend):
                           ({"C": 0}, "dims gives C=0: a dim is an integer >= 1")]:
         with pytest.raises(GdslError, match=message):
             prog.module(small, backend=backend, dims=dims)
+
+
+GAT = str(ROOT / "programs" / "gat.gd")
+SAGE_MAX = str(ROOT / "programs" / "extra" / "sage_max.gd")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("program", [GCN, GAT, SAGE_MAX])
+def test_torch_export_and_jit_trace_capture_the_program(backend, program):
+    """torch.export and torch.jit.trace capture the program's reference meaning
+    in plain torch ops; the captured graph computes what the module does, for
+    features it did not see. Was: "Sparse CSR tensors do not have strides"
+    (reference), a FakeTensor data-pointer error (numba), and
+    "Unsupported value kind" / "unordered_map::at" from jit.trace."""
+    m, g = bound(backend, program)
+    x2 = torch.randn_like(g.features)
+    for strict in (False, True) if program == GAT else (False,):   # strict: traced by dynamo
+        ep = torch.export.export(m, (g.features,), strict=strict)
+        torch.testing.assert_close(ep.module()(x2), m(x2))
+    traced = torch.jit.trace(m, (g.features,), check_trace=False)
+    torch.testing.assert_close(traced(x2), m(x2))
+
+
+def test_torch_export_of_a_training_module_with_dropout_is_refused():
+    m, g = bound("reference", GAT)
+    m.train()
+    with pytest.raises(GdslError, match=r"in eval mode only \(call model.eval\(\) first\)"):
+        torch.export.export(m, (g.features,))
+    m.eval()
+    torch.export.export(m, (g.features,))   # the module is unchanged by the refusal
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_torch_func_grad_vmap_and_jacrev(backend):
+    """torch.func transforms run the plain-torch form. Was: the sparse
+    products' autograd.Functions (no setup_context) refused every transform."""
+    from torch.func import functional_call, grad, jacrev, vmap
+    m, g = bound(backend, GAT)
+    params = {k: p.detach() for k, p in m.named_parameters()}
+    got = grad(lambda ps: m.loss(functional_call(m, ps, (g.features,))))(params)
+    m.zero_grad()
+    m.loss(m(g.features)).backward()
+    for k, p in m.named_parameters():
+        torch.testing.assert_close(got[k], p.grad, msg=k)
+    xs = torch.randn((3,) + tuple(g.features.shape))
+    torch.testing.assert_close(vmap(lambda x: functional_call(m, params, (x,)))(xs), torch.stack([m(x) for x in xs]))
+    w = "GATConv_2.b"
+    jac = jacrev(lambda b: functional_call(m, {**params, w: b}, (g.features,)))(params[w])
+    assert jac.shape == m().shape + params[w].shape
+    # the output is the mean over its one head of (aggregate + b): d out[v, c] / d b[0, c'] = [c == c']
+    torch.testing.assert_close(jac[:, :, 0, :], torch.eye(jac.shape[1]).expand(jac.shape[0], -1, -1))

@@ -315,3 +315,24 @@ def test_dropout_masks_on_the_gpu(monkeypatch):
     monkeypatch.delenv("GDSL_TRITON_DROPOUT", raising=False)
     r1, r2 = (train(prog, g, backend="triton", epochs=3, seed=5) for _ in range(2))
     assert [e.loss for e in r1.epochs] == [e.loss for e in r2.epochs]
+
+
+@needs_kernels
+def test_torch_export_jit_trace_and_func_grad_capture_the_plain_torch_form():
+    """The Triton module under torch.export (strict and not), jit.trace and
+    torch.func.grad runs the reference's plain torch ops (as on the other
+    backends: test_torch_module). Was: a FakeTensor data-pointer error."""
+    from torch.func import functional_call, grad
+    g = _graph_for("")
+    torch.manual_seed(0)
+    m = _compile(ROOT / "programs" / "gat.gd").module(g, backend="triton").eval()
+    x2 = torch.randn_like(g.features)
+    for strict in (False, True):
+        ep = torch.export.export(m, (g.features,), strict=strict)
+        torch.testing.assert_close(ep.module()(x2), m(x2))
+    torch.testing.assert_close(torch.jit.trace(m, (g.features,))(x2), m(x2))
+    params = {k: p.detach() for k, p in m.named_parameters()}
+    got = grad(lambda ps: m.loss(functional_call(m, ps, (g.features,))))(params)
+    m.loss(m(g.features)).backward()
+    for k, p in m.named_parameters():
+        torch.testing.assert_close(got[k], p.grad, msg=k)

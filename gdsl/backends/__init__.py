@@ -22,16 +22,37 @@ def eager_under_torch_compile(forward):
     (Numba, Triton): inside `torch.compile`, dynamo does not trace into the
     launch code but runs the forward eagerly (a graph break), so the code
     around it still compiles.  `torch.compiler.disable` is applied on the
-    first compiled call, not at import: it imports torch._dynamo (3 s)."""
+    first compiled call, not at import: it imports torch._dynamo (3 s).
+    Under `torch.export` (which must capture one graph) the forward is
+    traced: every module's forward then runs its plain-torch form
+    (`capturing()`)."""
     import functools
     eager: dict = {}
 
     @functools.wraps(forward)
     def run(self, *args, **kwargs):
         import torch
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
             if "fn" not in eager:
                 eager["fn"] = torch.compiler.disable(forward)
             return eager["fn"](self, *args, **kwargs)
         return forward(self, *args, **kwargs)
     return run
+
+
+def capturing() -> bool:
+    """Whether the module's forward is being captured as a graph of torch
+    ops rather than run: `torch.export`, `torch.jit.trace`, or a
+    `torch.func` transform (`grad`, `vmap`, `jacrev`).  Then every backend
+    runs the program's reference meaning op by op in plain torch ops
+    (ReferenceModule.plain_forward): no torch.sparse matrix, no
+    autograd.Function, no Numba or Triton kernel, none of which these
+    capture."""
+    import torch
+    if torch.compiler.is_compiling():   # dynamo: only its export; the checks below would break the graph
+        return torch.compiler.is_exporting()
+    if torch.compiler.is_exporting() or torch.jit.is_tracing():
+        return True
+    functorch = getattr(torch._C, "_functorch", None)   # no public query for an active torch.func transform
+    peek = getattr(functorch, "peek_interpreter_stack", None)
+    return peek is not None and peek() is not None

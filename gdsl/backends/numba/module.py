@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from gdsl.backends import eager_under_torch_compile
+from gdsl.backends import capturing, eager_under_torch_compile
 from gdsl.backends.numba import dense
 from gdsl.backends.numba import ops as nb
 from gdsl.backends.numba.graph import CSRGraph
@@ -281,6 +281,8 @@ class NumbaModule(ReferenceModule):
     # ---- running
     @eager_under_torch_compile   # a graph break inside torch.compile, not a trace of the launch code
     def forward(self, x=None, *extra):
+        if capturing():   # torch.export / jit.trace / torch.func: the reference's plain torch ops
+            return self.plain_forward(x, *extra)
         self.begin_forward(extra)   # the reference's checks and dropout mask key
         env: dict = {}
         for op in self.ir.main.ops:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gdsl.backends import eager_under_torch_compile
+from gdsl.backends import capturing, eager_under_torch_compile
 from gdsl.backends.reference.graphdata import GraphData
 from gdsl.backends.reference.linear import plan_linear, run_linear, sparse_mm
 from gdsl.diagnostics import GdslError
@@ -99,7 +99,9 @@ def scatter_extremum(m: torch.Tensor, idx: torch.Tensor, rows: int, reduce: str,
     out = m.new_full((rows,) + tuple(m.shape[1:]), fill).scatter_reduce(
         0, index, m, "amax" if reduce == "max" else "amin", include_self=False)
     if empty != fill:
-        has = torch.zeros(rows, dtype=torch.bool, device=m.device).index_fill(0, idx, True)
+        # (index_put, not index_fill(.., True): torch.jit.trace has no schema for a bool fill value)
+        has = torch.zeros(rows, dtype=torch.bool, device=m.device).index_put(
+            (idx,), torch.ones((), dtype=torch.bool, device=m.device))
         out = torch.where(has.reshape((-1,) + (1,) * (m.dim() - 1)), out, out.new_full((), empty))
     return out
 
@@ -366,6 +368,8 @@ class ReferenceModule(nn.Module):
         """Hook: drop caches derived from the constants after `_apply`."""
 
     def forward(self, x: torch.Tensor | None = None, *extra) -> torch.Tensor:
+        if capturing():
+            return self.plain_forward(x, *extra)
         self.begin_forward(extra)
         env: dict[Value, object] = {}
         for op in self.ir.main.ops:
@@ -380,6 +384,34 @@ class ReferenceModule(nn.Module):
                 env[op.result] = sparse_mm(a, h.reshape(h.shape[0], -1)).reshape(h.shape)
                 continue
             env[op.result] = self.run_op(op, [env[v] for v in op.operands], x)
+        return env[self.ir.main.results[0]]
+
+    def plain_forward(self, x: torch.Tensor | None = None, *extra) -> torch.Tensor:
+        """The program's meaning op by op (`run_op`, the reference's), in plain
+        torch ops: what every backend's forward runs while torch.export,
+        torch.jit.trace or a torch.func transform captures it (backends
+        `capturing`), as none of these takes a torch.sparse matrix, an
+        autograd.Function with a Python object argument, or a kernel launch.
+        The result equals `forward`'s up to float rounding; the order pass's
+        backward choice is autograd's here."""
+        if self.training and self._draws_masks and (torch.compiler.is_exporting() or torch.jit.is_tracing()):
+            raise GdslError("torch.export and torch.jit.trace capture a gdsl module with dropout in eval mode only "
+                            "(call model.eval() first): its dropout masks are drawn per training step, outside "
+                            "any graph")
+        if torch.jit.is_tracing():
+            with warnings.catch_warnings():
+                # jit.trace warns at the checks of x's and the params' shapes against the bound
+                # graph's: those shapes are fixed for the module, so the trace holds for them
+                warnings.filterwarnings("ignore", category=torch.jit.TracerWarning)
+                return self._plain_ops(x, extra)
+        return self._plain_ops(x, extra)   # (no catch_warnings: strict torch.export cannot trace it)
+
+    def _plain_ops(self, x, extra: tuple) -> torch.Tensor:
+        self.begin_forward(extra)
+        env: dict[Value, object] = {}
+        for op in self.ir.main.ops:
+            if op.name != "loss":
+                env[op.result] = ReferenceModule.run_op(self, op, [env[v] for v in op.operands], x)
         return env[self.ir.main.results[0]]
 
     def check_loss_output(self, out) -> None:

@@ -39,7 +39,7 @@ import os
 
 import torch
 
-from gdsl.backends import eager_under_torch_compile
+from gdsl.backends import capturing, eager_under_torch_compile
 from gdsl.backends.reference.executor import ReferenceModule
 from gdsl.backends.reference.linear import drop_fusions, run_linear
 from gdsl.backends.triton import default_device
@@ -202,6 +202,16 @@ class TritonModule(ReferenceModule):
     # ---- running
     @eager_under_torch_compile   # a graph break inside torch.compile, not a trace of the launch code
     def forward(self, x=None, *extra):
+        if capturing():   # torch.export / jit.trace / torch.func: the reference's plain torch ops
+            out = self.plain_forward(x, *extra)
+        else:
+            out = self._run(x, extra)
+        dev = x.device if self._follow_input and isinstance(x, torch.Tensor) else self._output_device
+        if dev is not None and isinstance(out, torch.Tensor):
+            out = out.to(dev)
+        return out
+
+    def _run(self, x, extra: tuple):
         self.begin_forward(extra)   # the reference's checks and dropout mask key
         env: dict = {}
         for op in self.ir.main.ops:
@@ -216,11 +226,7 @@ class TritonModule(ReferenceModule):
             else:
                 _, agg, c = spec
                 env[op.result] = self._aggregate(agg, [env[v] for v in agg.operands], oscale=self._consts[c])
-        out = env[self.ir.main.results[0]]
-        dev = x.device if self._follow_input and isinstance(x, torch.Tensor) else self._output_device
-        if dev is not None and isinstance(out, torch.Tensor):
-            out = out.to(dev)
-        return out
+        return env[self.ir.main.results[0]]
 
     def _aggregate(self, op: Op, vals: list, oscale=None):
         from gdsl.backends.triton import ops as tr
