@@ -75,6 +75,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="execution backend (default: triton if the schedule says target = gpu, else numba; "
                         "reference where numba is not installed)")
     r.add_argument("--json", metavar="FILE", help="write per-epoch and final metrics to FILE")
+    r.add_argument("--save", metavar="FILE", help="write the trained params to FILE (a torch state dict: "
+                   "model.load_state_dict(torch.load(FILE)))")
     r.add_argument("--split", type=int, default=0, help="which split of a multi-split dataset (default 0)")
     r.add_argument("--log-every", type=_positive, help="print every K epochs when not on a terminal")
     d = r.add_argument_group("distributed (MPI)")
@@ -479,14 +481,18 @@ def _compile_and_emit(args, parser, source, dims, edges, graph, dumping, dump_di
 def cmd_run(args, parser) -> int:
     import gdsl
     from gdsl.graph.io import load_graph, resolve_data
+    from gdsl.runtime.files import save_state_dict
     from gdsl.runtime.trainer import Diverged, Progress, check_json_path, train, write_json
 
     if args.epochs is not None and args.epochs < 1:
         parser.error("--epochs must be at least 1")
     if args.np_ is not None and args.np_ < 1:
         parser.error(f"--np must be at least 1, got {args.np_}")
-    if args.json:
-        check_json_path(args.json, inputs=(args.program, resolve_data(args.data)))   # before training, not after
+    for flag, path in (("--json", args.json), ("--save", args.save)):
+        if path:   # before training, not after
+            check_json_path(path, flag, inputs=(args.program, resolve_data(args.data)))
+    if args.json and args.save and Path(args.json).absolute() == Path(args.save).absolute():
+        parser.error("--json and --save name the same file")
     prog = gdsl.compile(args.program, train=args.train, **_overrides(args.set, parser))
     cfg = prog.train
     if cfg is None:
@@ -514,6 +520,8 @@ def cmd_run(args, parser) -> int:
         try:
             result = train(prog, graph, backend=args.backend, epochs=epochs, seed=args.seed, on_epoch=progress)
         except Diverged as e:   # the epochs before it still go to --json (with "diverged"), then the error
+            if args.save:
+                print(f"gdsl: --save {args.save}: not written (training diverged)", file=sys.stderr)
             if args.json:
                 write_json(args.json, e.result.to_json(program=args.program, data=str(data), backend=args.backend,
                                                        seed=args.seed, train=cfg.name, model=cfg.model))
@@ -534,6 +542,15 @@ def cmd_run(args, parser) -> int:
         write_json(args.json, result.to_json(program=args.program, data=str(data), backend=args.backend,
                                              seed=args.seed, train=cfg.name, model=cfg.model))
         print(f"wrote {args.json}", file=sys.stderr)
+    if args.save:
+        if result.epochs:   # an interrupted run keeps what it trained
+            save_state_dict(args.save, result.model.state_dict())
+            when = (f"when stopped, after epoch {result.epochs[-1].epoch}" if result.interrupted
+                    else f"after epoch {result.epochs[-1].epoch}")
+            print(f"wrote {args.save} (the params {when}; "
+                  f"model.load_state_dict(torch.load({str(args.save)!r})))", file=sys.stderr)
+        else:
+            print(f"gdsl: --save {args.save}: not written (no epoch completed)", file=sys.stderr)
     return 128 + int(sig) if sig is not None else 0
 
 

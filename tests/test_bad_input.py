@@ -260,8 +260,10 @@ def test_a_diverged_run_still_writes_its_json(tmp_path, capsys):
     from gdsl.runtime.trainer import Diverged, train
     p = prog(tmp_path, "gcn.gd", ("adam(lr = 0.01, weight_decay = 5e-4)", "sgd(lr = 1e10)"))
     out = tmp_path / "d.json"
-    rc, _, err = run(capsys, "run", str(p), "--epochs", "6", "--backend", "reference", "--json", str(out))
+    rc, _, err = run(capsys, "run", str(p), "--epochs", "6", "--backend", "reference", "--json", str(out),
+                     "--save", str(tmp_path / "m.pt"))
     assert rc == 1 and "epoch 4: the loss is nan; training diverged (try a smaller lr)" in err, err
+    assert "not written (training diverged)" in err and not (tmp_path / "m.pt").exists()   # no NaN params saved
     d = json.loads(out.read_text())
     assert d["diverged"] == "epoch 4: the loss is nan; training diverged (try a smaller lr)"
     assert [e["epoch"] for e in d["epochs"]] == [1, 2, 3] and d["final"]["epoch"] == 3 and not d["interrupted"]
@@ -335,7 +337,8 @@ def test_a_terminated_run_keeps_what_it_trained(tmp_path, sig):
     out = tmp_path / "run.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "gdsl", "run", str(PROGRAMS / "gcn.gd"), "--backend", "reference",
-                             "--epochs", "100000", "--log-every", "1", "--json", str(out)],
+                             "--epochs", "100000", "--log-every", "1", "--json", str(out),
+                             "--save", str(tmp_path / "m.pt")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         import time
@@ -354,6 +357,9 @@ def test_a_terminated_run_keeps_what_it_trained(tmp_path, sig):
     import json
     data = json.loads(out.read_text())
     assert data["interrupted"] is True and len(data["epochs"]) >= 2
+    assert f"(the params when stopped, after epoch {data['epochs'][-1]['epoch']};" in stderr   # --save
+    import torch
+    assert set(torch.load(tmp_path / "m.pt")) == {"GCNConv_1.W", "GCNConv_1.b", "GCNConv_2.W", "GCNConv_2.b"}
 
 
 # ---- subcommands (a fuzzing pass, session 8) ------------------------------------------------------
@@ -475,9 +481,11 @@ def test_a_run_stopped_while_binding_writes_its_json(tmp_path, monkeypatch, caps
         raise KeyboardInterrupt
     monkeypatch.setattr(Program, "module", interrupted)
     out = tmp_path / "run.json"
-    assert main(["run", str(PROGRAMS / "gcn.gd"), "--json", str(out)]) == 130
+    assert main(["run", str(PROGRAMS / "gcn.gd"), "--json", str(out), "--save", str(tmp_path / "m.pt")]) == 130
     err = capsys.readouterr().err
     assert "gdsl: interrupted after 0 epochs" in err and "Traceback" not in err
+    assert "--save " + str(tmp_path / "m.pt") + ": not written (no epoch completed)" in err
+    assert not (tmp_path / "m.pt").exists()
     data = json.loads(out.read_text())
     assert data["interrupted"] is True and data["epochs"] == [] and data["final"] == {}
 

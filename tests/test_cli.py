@@ -82,6 +82,40 @@ def test_run_json_and_determinism(tmp_path):
     assert [e["loss"] for e in json.loads(j2.read_text())["epochs"]] != [e["loss"] for e in a["epochs"]]
 
 
+def test_run_save_writes_the_trained_params_as_a_state_dict(tmp_path):
+    """`gdsl run --save FILE`: the params after the last epoch, loadable into a
+    module of the program (weights_only torch.load). Was: a run's trained
+    params could not be kept."""
+    import warnings
+
+    import torch
+
+    import gdsl
+    f = tmp_path / "gcn.pt"
+    code, out, err = run_gdsl(["run", GCN, "--epochs", "3", "--seed", "2", "--backend", "reference",
+                               "--save", str(f)])
+    assert code == 0, err
+    assert f"wrote {f} (the params after epoch 3" in err
+    saved = torch.load(f)   # weights_only (torch's default)
+    prog = gdsl.compile(GCN)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = gdsl.train(prog, gdsl.load_graph(None), epochs=3, seed=2, backend="reference")
+    want = res.model.state_dict()
+    assert list(saved) == list(want)
+    for k in want:
+        assert torch.equal(saved[k], want[k]), k   # the reference backend is deterministic for a seed
+    m = prog.module(gdsl.load_graph(None))
+    m.load_state_dict(saved)
+    assert float(m.eval()().argmax(1).eq(m.graph.labels).float().mean()) > 0.3
+    # an unusable path is refused before training, and nothing is left behind
+    for bad, why in ((tmp_path, "is a directory"), (tmp_path / "no" / "f.pt", "no such directory")):
+        code, out, err = run_gdsl(["run", GCN, "--epochs", "1", "--save", str(bad)])
+        assert code == 1 and f"--save {bad}: {why}" in err and "epoch" not in out, err
+    code, _, err = run_gdsl(["run", GCN, "--epochs", "1", "--save", str(f), "--json", str(f)])
+    assert code == 2 and "--json and --save name the same file" in err
+
+
 def test_run_minibatch_block_warns_and_trains_full_batch():
     code, out, err = run_gdsl(["run", SAGE, "--epochs", "2", "--set", "hidden=16", "--data", "citeseer"])
     assert code == 0, err

@@ -96,7 +96,8 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
 
 def worker_args(args, prog, parts: str) -> dict:
     return {"program": args.program, "train": args.train, "overrides": prog.overrides, "parts": parts,
-            "epochs": args.epochs, "seed": args.seed, "json": args.json, "report": args.report,
+            "epochs": args.epochs, "seed": args.seed, "json": args.json, "save": getattr(args, "save", None),
+            "report": args.report,
             "checkpoint": args.checkpoint, "checkpoint_every": args.checkpoint_every, "resume": args.resume,
             "log_every": args.log_every, "backend": getattr(args, "backend", None) or "reference"}
 
@@ -146,12 +147,14 @@ def _epochs(args, prog) -> int:
 
 
 def check_outputs(args) -> None:
-    """--json FILE and --checkpoint DIR can be written: checked before the
+    """--json FILE, --save FILE and --checkpoint DIR can be written: checked before the
     ranks start, not found out after training."""
-    if getattr(args, "json", None):
-        from gdsl.graph.io import resolve_data
-        from gdsl.runtime.files import check_json_path
-        check_json_path(args.json, inputs=(getattr(args, "program", None), resolve_data(getattr(args, "data", None))))
+    from gdsl.graph.io import resolve_data
+    from gdsl.runtime.files import check_json_path
+    for flag in ("json", "save"):
+        if getattr(args, flag, None):
+            check_json_path(getattr(args, flag), f"--{flag}",
+                            inputs=(getattr(args, "program", None), resolve_data(getattr(args, "data", None))))
     if getattr(args, "checkpoint", None):
         p = Path(args.checkpoint)
         if p.exists() and not p.is_dir():

@@ -378,6 +378,7 @@ def run_rank(args: dict) -> int:
     import gdsl
     from gdsl.dist.comm import Comm
     from gdsl.dist.part import load_part, part_path
+    from gdsl.runtime.files import save_state_dict
     from gdsl.runtime.trainer import EpochStats, Progress, make_optimizer, write_json
 
     comm = Comm(MPI.COMM_WORLD)
@@ -414,8 +415,13 @@ def run_rank(args: dict) -> int:
                checkpoint=ck, every=int(args.get("checkpoint_every") or 10), traffic=bool(report or args.get("json")),
                identity=identity)
     kernels = {} if model.kernels is None else dict(model.kernels.used)
+    state = full_state_dict(model, comm) if args.get("save") and history else None   # every rank takes part
     if rank == 0:
         _print_summary(history, report, part, args, model.backend, kernels)
+        if state is not None:
+            save_state_dict(args["save"], state)
+            print(f"wrote {args['save']} (the params after epoch {history[-1]['epoch']}, as one process holds "
+                  f"them; model.load_state_dict(torch.load({str(args['save'])!r})))", file=sys.stderr)
         if args.get("json"):
             last = history[-1] if history else {}
             write_json(args["json"], {"program": args["program"], "np": size, "plan": part.spec.describe(),
@@ -424,6 +430,25 @@ def run_rank(args: dict) -> int:
                                       "final": {k: v for k, v in last.items() if not k.startswith("comm")}})
             print(f"wrote {args['json']}", file=sys.stderr)
     return 0
+
+
+def full_state_dict(model, comm) -> dict:
+    """The trained params as one process holds them (`gdsl run --np P
+    --save`). Data-parallel params are the same on every rank (their
+    gradients are all-reduced); a model-parallel one (P3 §3.1, layer 1's W
+    under `partition = features`) is trained on each rank's rows
+    `feature_cols` only, so rank 0 takes each rank's rows."""
+    state = model.state_dict()
+    local = sorted(k for k in model.local_params if k in state)
+    if not local:
+        return state
+    lo, hi = model.feature_cols
+    parts = comm.comm.gather((lo, hi, {k: state[k][lo:hi].clone() for k in local}), root=0)
+    if comm.rank == 0:
+        for plo, phi, rows in parts:
+            for k in local:
+                state[k][plo:phi] = rows[k]
+    return state
 
 
 def _gather_traffic(comm, traffic) -> dict:

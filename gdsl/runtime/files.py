@@ -1,6 +1,7 @@
 """Output files of the commands (--json, calibrate's --out, compile's
---dump-dir): checked before the work, written atomically. No torch here, so
-`gdsl compile` and `gdsl plan` do not import it."""
+--dump-dir, run's --save): checked before the work, written atomically. No
+torch imported here at the top (only `save_state_dict` needs it), so `gdsl
+compile` and `gdsl plan` do not import it."""
 from __future__ import annotations
 
 import json
@@ -58,6 +59,31 @@ def write_json(path: str, payload: dict) -> None:
         write_atomic(Path(path), json.dumps(_finite_or_null(payload), indent=2, default=str, allow_nan=False) + "\n")
     except OSError as e:   # the disk filled, the directory went away during the run
         raise GdslError(f"--json {path}: could not be written ({e.strerror or e})") from None
+
+
+def save_state_dict(path: str, state: dict) -> None:
+    """`gdsl run --save FILE`: the trained params as a plain state dict
+    (`torch.save`; `model.load_state_dict(torch.load(FILE))` reads it back,
+    weights_only as torch.load's default), written atomically as
+    `write_atomic` does."""
+    import tempfile
+
+    import torch
+
+    p = Path(path)
+    check_json_path(path, "--save")
+    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save({k: v.detach().cpu().contiguous() for k, v in state.items()}, fh)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, p)
+    except OSError as e:   # the disk filled, the directory went away during the run
+        Path(tmp).unlink(missing_ok=True)
+        raise GdslError(f"--save {path}: could not be written ({e.strerror or e})") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def write_atomic(p: Path, text: str) -> None:

@@ -33,6 +33,7 @@ class TrainResult:
     final: dict[str, float] = field(default_factory=dict)
     signal: int | None = None   # what stopped it early: SIGINT (Ctrl-C), SIGTERM, SIGHUP
     diverged: str | None = None  # why training stopped on a non-finite loss or step (then `Diverged` is raised)
+    model: torch.nn.Module | None = field(default=None, repr=False)   # the trained module (None: none was built)
 
     @property
     def interrupted(self) -> bool:
@@ -165,6 +166,7 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
         result.signal = e.signum if isinstance(e, Terminated) else signal.SIGINT
         return result
     model.dropout_seed = seed
+    result = TrainResult(model=model)
     if not any(p.requires_grad for p in model.parameters()):
         raise GdslError(f"{program.file}: model '{cfg.model}' has no params to train (declare a param in one of its layers)")
     opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
@@ -173,7 +175,6 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
     names = accuracy_masks(cfg)
     if not reports_accuracy(model):
         names = []  # accuracy needs class labels as the loss's target
-    result = TrainResult()
     try:
         for epoch in range(1, n_epochs + 1):
             t0 = time.perf_counter()
