@@ -609,6 +609,10 @@ def test_a_grid_hint_leaves_the_choice_to_the_cost_model(tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "--partition grid3d: grid2d and grid3d are modelled by the cost model (gdsl plan) but not executed" \
            in r.stderr
+    parts = tmp_path / "parts"   # with partition files too (was: "unknown partition 'grid2d'")
+    assert gdsl_here("partition", GCN, "--data", data, "--np", "2", "--out", str(parts)).returncode == 0
+    r = gdsl_here("run", GCN, "--data", data, "--np", "2", "--parts", str(parts), "--partition", "grid2d")
+    assert r.returncode == 1 and "--partition grid2d: grid2d and grid3d are modelled" in r.stderr, r.stderr
 
 
 def test_rank_output_keeps_its_order_and_streams(tmp_path):

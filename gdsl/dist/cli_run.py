@@ -34,6 +34,15 @@ def _from_candidate(cand, P: int, approximate: bool) -> str | None:
     return None  # grid2d / grid3d: modelled, not executed
 
 
+MODELLED_ONLY = ("grid2d", "grid3d")   # priced by the cost model (gdsl plan), not executed
+
+
+def refuse_modelled_only(partition: str | None) -> None:
+    if partition is not None and partition.split("(")[0].strip() in MODELLED_ONLY:
+        raise GdslError(f"--partition {partition}: grid2d and grid3d are modelled by the cost model (gdsl plan) "
+                        "but not executed; name an executable plan or auto")
+
+
 def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, seed: int,
                 mem_per_rank: str | None = None, quiet: bool = False) -> Spec:
     """--partition, else the schedule's `partition` hint, else the cost model's
@@ -45,11 +54,8 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
         raise GdslError("--partition: empty (give a plan such as rows(metis), or auto)")
     partition = None if partition is not None and partition.strip() == "auto" else partition
     hint = sched.get("partition") if sched.get("partition") not in (None, "auto") else None
-    modelled_only = ("grid2d", "grid3d")   # priced by the cost model (gdsl plan), not executed
-    if partition is not None and partition.split("(")[0].strip() in modelled_only:
-        raise GdslError(f"--partition {partition}: grid2d and grid3d are modelled by the cost model (gdsl plan) "
-                        "but not executed; name an executable plan or auto")
-    if partition is None and hint is not None and hint.split("(")[0].strip() in modelled_only:
+    refuse_modelled_only(partition)
+    if partition is None and hint is not None and hint.split("(")[0].strip() in MODELLED_ONLY:
         if not quiet:
             print(f"gdsl: partition = {hint} (the schedule's hint) is modelled, not executed: the cost model "
                   "chooses the plan", file=sys.stderr)
@@ -119,6 +125,7 @@ def _check_existing(parts: Path, P: int, prog, graph, partition: str | None, del
     if h.get("graph") != graph_key(graph):
         raise GdslError(f"{parts}: partitioned for another graph (not {graph.source or graph.name}); partition again")
     stored, sj = str(h.get("strategy", "")), h.get("spec") or {}
+    refuse_modelled_only(partition)   # was: "unknown partition 'grid2d'" with --parts
     if partition not in (None, "auto"):
         want = parse_spec(partition)   # rows = rows(hash), edge_cut = rows(metis), ...
         if (want.strategy, want.arg) != (sj.get("strategy"), sj.get("arg")) and \
