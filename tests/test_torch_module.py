@@ -527,3 +527,27 @@ def test_torch_func_grad_vmap_and_jacrev(backend):
     assert jac.shape == m().shape + params[w].shape
     # the output is the mean over its one head of (aggregate + b): d out[v, c] / d b[0, c'] = [c == c']
     torch.testing.assert_close(jac[:, :, 0, :], torch.eye(jac.shape[1]).expand(jac.shape[0], -1, -1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_second_derivatives_through_torch_func(backend):
+    """grad of grad and hessian with torch.func run on every backend (the
+    plain-torch form) and equal the reference's autograd double backward.
+    Was (numba): the loss's cached mask rows crossed torch.func's transform
+    levels, a functorch internal assert."""
+    from torch.func import functional_call, grad, hessian
+    m, _ = bound(backend)
+    params = {k: p.detach() for k, p in m.named_parameters()}
+    k = "GCNConv_2.W"
+
+    def f(w):
+        return m.loss(functional_call(m, {**params, k: w}, ()))
+    penalty = grad(lambda w: grad(f)(w).pow(2).sum())(params[k])
+    h = hessian(f)(params[k])
+    ref, _ = bound("reference")
+    w = ref.GCNConv_2.W
+    gw, = torch.autograd.grad(ref.loss(ref()), w, create_graph=True)
+    want, = torch.autograd.grad(gw.pow(2).sum(), w, retain_graph=True)
+    torch.testing.assert_close(penalty, want)
+    hw = torch.stack([torch.autograd.grad(gw.reshape(-1)[i], w, retain_graph=True)[0] for i in range(w.numel())])
+    torch.testing.assert_close(h.reshape(w.numel(), -1), hw.reshape(w.numel(), -1))

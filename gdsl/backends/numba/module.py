@@ -321,8 +321,8 @@ class NumbaModule(ReferenceModule):
         (out[mask] runs a nonzero over the mask in the forward and again in
         the backward, every epoch)."""
         op = self.loss_op
-        if op is None or op.attrs["mask"] == "all" or op.attrs["fn"] not in ("cross_entropy", "nll"):
-            return super().loss(out)
+        if op is None or op.attrs["mask"] == "all" or op.attrs["fn"] not in ("cross_entropy", "nll") or capturing():
+            return super().loss(out)   # (under torch.func: no cached tensor may cross transform levels)
         self.check_loss_output(out)
         mask = self.loss_mask()
         if mask.dtype != torch.bool or mask.shape[0] != out.shape[0]:
