@@ -491,7 +491,7 @@ def cmd_run(args, parser) -> int:
     for flag, path in (("--json", args.json), ("--save", args.save)):
         if path:   # before training, not after
             check_json_path(path, flag, inputs=(args.program, resolve_data(args.data)))
-    if args.json and args.save and Path(args.json).absolute() == Path(args.save).absolute():
+    if args.json and args.save and Path(args.json).resolve() == Path(args.save).resolve():
         parser.error("--json and --save name the same file")
     prog = gdsl.compile(args.program, train=args.train, **_overrides(args.set, parser))
     cfg = prog.train
@@ -543,14 +543,18 @@ def cmd_run(args, parser) -> int:
                                              seed=args.seed, train=cfg.name, model=cfg.model))
         print(f"wrote {args.json}", file=sys.stderr)
     if args.save:
-        if result.epochs:   # an interrupted run keeps what it trained
+        if result.steps:   # an interrupted run keeps what it trained
             save_state_dict(args.save, result.model.state_dict())
-            when = (f"when stopped, after epoch {result.epochs[-1].epoch}" if result.interrupted
-                    else f"after epoch {result.epochs[-1].epoch}")
+            done = result.epochs[-1].epoch if result.epochs else 0
+            when = f"after epoch {done}"
+            if result.steps > len(result.epochs):   # stopped between epoch done + 1's step and its evaluation
+                when = f"when stopped: after epoch {done + 1}'s optimizer step, whose evaluation did not run"
+            elif result.interrupted:
+                when = f"when stopped, after epoch {done}"
             print(f"wrote {args.save} (the params {when}; "
                   f"model.load_state_dict(torch.load({str(args.save)!r})))", file=sys.stderr)
         else:
-            print(f"gdsl: --save {args.save}: not written (no epoch completed)", file=sys.stderr)
+            print(f"gdsl: --save {args.save}: not written (no optimizer step was taken)", file=sys.stderr)
     return 128 + int(sig) if sig is not None else 0
 
 
@@ -590,8 +594,9 @@ def main(argv: list[str] | None = None) -> int:
         (getattr(args, "command_parser", None) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "data", None) is not None and not args.data.strip():   # was: '.' read (run), ignored (compile, plan)
         args.command_parser.error("--data: empty (give a .npz file or a builtin name: cora, citeseer)")
-    if isinstance(getattr(args, "json", None), str) and not args.json.strip():   # was: ignored, nothing written
-        args.command_parser.error("--json: empty (give a file to write)")
+    for flag in ("json", "save"):
+        if isinstance(getattr(args, flag, None), str) and not getattr(args, flag).strip():   # was: ignored, nothing written
+            args.command_parser.error(f"--{flag}: empty (give a file to write)")
     debug = os.environ.get("GDSL_DEBUG") == "1"
     # `gdsl run`: SIGTERM / SIGHUP stop it as Ctrl-C does (the trainer keeps what it
     # trained; --json is written); a rank under mpiexec has its own handling (gdsl/dist)

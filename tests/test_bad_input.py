@@ -484,7 +484,7 @@ def test_a_run_stopped_while_binding_writes_its_json(tmp_path, monkeypatch, caps
     assert main(["run", str(PROGRAMS / "gcn.gd"), "--json", str(out), "--save", str(tmp_path / "m.pt")]) == 130
     err = capsys.readouterr().err
     assert "gdsl: interrupted after 0 epochs" in err and "Traceback" not in err
-    assert "--save " + str(tmp_path / "m.pt") + ": not written (no epoch completed)" in err
+    assert "--save " + str(tmp_path / "m.pt") + ": not written (no optimizer step was taken)" in err
     assert not (tmp_path / "m.pt").exists()
     data = json.loads(out.read_text())
     assert data["interrupted"] is True and data["epochs"] == [] and data["final"] == {}

@@ -112,8 +112,35 @@ def test_run_save_writes_the_trained_params_as_a_state_dict(tmp_path):
     for bad, why in ((tmp_path, "is a directory"), (tmp_path / "no" / "f.pt", "no such directory")):
         code, out, err = run_gdsl(["run", GCN, "--epochs", "1", "--save", str(bad)])
         assert code == 1 and f"--save {bad}: {why}" in err and "epoch" not in out, err
-    code, _, err = run_gdsl(["run", GCN, "--epochs", "1", "--save", str(f), "--json", str(f)])
-    assert code == 2 and "--json and --save name the same file" in err
+    code, _, err = run_gdsl(["run", GCN, "--epochs", "1", "--save", str(f), "--json", str(tmp_path / "." / f.name)])
+    assert code == 2 and "--json and --save name the same file" in err   # any spelling of it
+    code, _, err = run_gdsl(["run", GCN, "--epochs", "1", "--save", ""])
+    assert code == 2 and "--save: empty (give a file to write)" in err
+    code, _, err = run_gdsl(["run", GCN, "--epochs", "1", "--save", str(tmp_path / "newdir") + "/"])
+    assert code == 1 and "names a directory (ends with '/'; give a file name)" in err
+    assert not (tmp_path / "newdir").exists()
+
+
+def test_a_run_stopped_between_a_step_and_its_evaluation_says_what_it_saved(tmp_path, monkeypatch):
+    """Ctrl-C after epoch 3's optimizer step, before its evaluation: --save
+    writes the params with that step in them and says so (was: "after epoch
+    2", the last reported one)."""
+    import torch
+
+    import gdsl.runtime.trainer as trainer
+    real, calls = trainer.accuracy, []
+
+    def stop_in_epoch_3s_evaluation(*a, **k):   # (3 masks evaluated per epoch)
+        calls.append(1)
+        if len(calls) == 7:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(trainer, "accuracy", stop_in_epoch_3s_evaluation)
+    f = tmp_path / "m.pt"
+    code, out, err = run_gdsl(["run", GCN, "--epochs", "5", "--backend", "reference", "--save", str(f)])
+    assert code == 130 and "final (epoch 2)" in out, err
+    assert "the params when stopped: after epoch 3's optimizer step, whose evaluation did not run" in err
+    assert set(torch.load(f)) == {"GCNConv_1.W", "GCNConv_1.b", "GCNConv_2.W", "GCNConv_2.b"}
 
 
 def test_run_minibatch_block_warns_and_trains_full_batch():

@@ -238,6 +238,9 @@ def run_distributed(args, prog, graph, data) -> int:
             else:
                 msg, code = "gdsl: interrupted", 130
             print(msg + ("; all ranks stopped" if launched else ""), file=sys.stderr)
+            if launched and getattr(args, "save", None):
+                print(f"gdsl: --save {args.save}: not written (the run was stopped before it ended; "
+                      "--checkpoint DIR keeps a stopped distributed run's state)", file=sys.stderr)
             return code
         finally:
             if tmp:

@@ -30,6 +30,8 @@ def check_json_path(path: str, flag: str = "--json", inputs=()) -> None:
     p = Path(path)
     if p.is_dir():
         raise GdslError(f"{flag} {p}: is a directory (give a file name)")
+    if str(path).endswith(("/", os.sep)):   # was: `newdir/` wrote a file `newdir`
+        raise GdslError(f"{flag} {path}: names a directory (ends with '/'; give a file name)")
     if p.exists() and not p.is_file():
         raise GdslError(f"{flag} {p}: not a regular file (a device or pipe would be replaced by a file; give a "
                         "file name)")

@@ -34,6 +34,7 @@ class TrainResult:
     signal: int | None = None   # what stopped it early: SIGINT (Ctrl-C), SIGTERM, SIGHUP
     diverged: str | None = None  # why training stopped on a non-finite loss or step (then `Diverged` is raised)
     model: torch.nn.Module | None = field(default=None, repr=False)   # the trained module (None: none was built)
+    steps: int = 0   # optimizer steps taken: one more than len(epochs) when stopped between a step and its evaluation
 
     @property
     def interrupted(self) -> bool:
@@ -187,6 +188,7 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
                 raise _Nonfinite(nonfinite_loss(epoch, loss_value))
             loss.backward()
             optimizer_step(opt, epoch, error=_Nonfinite)
+            result.steps += 1
             model.eval()
             with torch.no_grad():
                 out = model()
