@@ -32,7 +32,7 @@ def eager_under_torch_compile(forward):
     @functools.wraps(forward)
     def run(self, *args, **kwargs):
         import torch
-        if torch.compiler.is_compiling() and not torch.compiler.is_exporting():
+        if compiling() and not exporting():
             if "fn" not in eager:
                 eager["fn"] = torch.compiler.disable(forward)
             return eager["fn"](self, *args, **kwargs)
@@ -49,10 +49,25 @@ def capturing() -> bool:
     autograd.Function, no Numba or Triton kernel, none of which these
     capture."""
     import torch
-    if torch.compiler.is_compiling():   # dynamo: only its export; the checks below would break the graph
-        return torch.compiler.is_exporting()
-    if torch.compiler.is_exporting() or torch.jit.is_tracing():
+    if compiling():   # dynamo: only its export; the checks below would break the graph
+        return exporting()
+    if exporting() or torch.jit.is_tracing():
         return True
     functorch = getattr(torch._C, "_functorch", None)   # no public query for an active torch.func transform
     peek = getattr(functorch, "peek_interpreter_stack", None)
     return peek is not None and peek() is not None
+
+
+def compiling() -> bool:
+    """torch.compiler.is_compiling(), False on a torch without it (the
+    dependency range starts before it was added)."""
+    import torch
+    fn = getattr(torch.compiler, "is_compiling", None)
+    return bool(fn()) if fn is not None else False
+
+
+def exporting() -> bool:
+    """torch.compiler.is_exporting(), False on a torch without it."""
+    import torch
+    fn = getattr(torch.compiler, "is_exporting", None)
+    return bool(fn()) if fn is not None else False

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gdsl.backends import capturing, eager_under_torch_compile
+from gdsl.backends import capturing, eager_under_torch_compile, exporting
 from gdsl.backends.reference.graphdata import GraphData
 from gdsl.backends.reference.linear import plan_linear, run_linear, sparse_mm
 from gdsl.diagnostics import GdslError
@@ -394,7 +394,7 @@ class ReferenceModule(nn.Module):
         autograd.Function with a Python object argument, or a kernel launch.
         The result equals `forward`'s up to float rounding; the order pass's
         backward choice is autograd's here."""
-        if self.training and self._draws_masks and (torch.compiler.is_exporting() or torch.jit.is_tracing()):
+        if self.training and self._draws_masks and (exporting() or torch.jit.is_tracing()):
             raise GdslError("torch.export and torch.jit.trace capture a gdsl module with dropout in eval mode only "
                             "(call model.eval() first): its dropout masks are drawn per training step, outside "
                             "any graph")
