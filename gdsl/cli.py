@@ -578,7 +578,8 @@ def _out_of_memory(e: RuntimeError) -> str | None:
     import torch
 
     text = str(e)
-    if not (isinstance(e, torch.OutOfMemoryError) or "tried to allocate" in text or "DefaultCPUAllocator" in text):
+    oom = getattr(torch, "OutOfMemoryError", ())   # (torch >= 2.5; the CUDA one before)
+    if not (isinstance(e, oom) or "tried to allocate" in text or "DefaultCPUAllocator" in text):
         return None
     import re
 
