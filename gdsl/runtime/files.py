@@ -66,38 +66,31 @@ def write_json(path: str, payload: dict) -> None:
 def save_state_dict(path: str, state: dict) -> None:
     """`gdsl run --save FILE`: the trained params as a plain state dict
     (`torch.save`; `model.load_state_dict(torch.load(FILE))` reads it back,
-    weights_only as torch.load's default), written atomically as
-    `write_atomic` does."""
-    import tempfile
-
+    weights_only as torch.load's default), written by `write_atomic`."""
     import torch
 
-    p = Path(path)
     check_json_path(path, "--save")
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
     try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save({k: v.detach().cpu().contiguous() for k, v in state.items()}, fh)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, p)
+        write_atomic(Path(path), lambda fh: torch.save(tensors, fh), binary=True)
     except OSError as e:   # the disk filled, the directory went away during the run
-        Path(tmp).unlink(missing_ok=True)
         raise GdslError(f"--save {path}: could not be written ({e.strerror or e})") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
-def write_atomic(p: Path, text: str) -> None:
+def write_atomic(p: Path, content, binary: bool = False) -> None:
     """Write whole, then rename over the name: a partial file never replaces
     a good one, the temporary file has a fresh name (no file of the user's
-    is touched), and a symlink at the name is replaced, not written through."""
+    is touched), and a symlink at the name is replaced, not written through.
+    `content`: the text, or a function that writes to the open file."""
     import tempfile
 
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb" if binary else "w") as fh:
+            if callable(content):
+                content(fh)
+            else:
+                fh.write(content)
         os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, p)
     except BaseException:
