@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import io
 import pickle
+import sys
 from pathlib import Path
 
 import pytest
@@ -100,7 +101,9 @@ def test_training_steps_under_torch_compile_do_not_recompile():
         torch.testing.assert_close(got, eager())   # the same dropout masks, step by step
         got.sum().backward()
         graphs.append(counters["frames"]["ok"])   # frames compiled so far
-    assert graphs[2] == graphs[-1], graphs
+    # stable from step 5 (torch 2.13: from step 3; 2.11 recompiles twice more on requires_grad
+    # guards); a per-step guard would grow the count at every step up to dynamo's limit of 8
+    assert graphs[4] == graphs[-1], graphs
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -497,6 +500,27 @@ def test_torch_export_and_jit_trace_capture_the_program(backend, program):
         torch.testing.assert_close(ep.module()(x2), m(x2))
     traced = torch.jit.trace(m, (g.features,), check_trace=False)
     torch.testing.assert_close(traced(x2), m(x2))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_captured_forward_reads_no_sympy_number(backend, monkeypatch):
+    """The forward torch.export traces converts no IR dim (a sympy Integer) to an
+    int: torch 2.11's dynamo cannot trace int(sympy.Integer), so strict export
+    failed there ("Failed to trace builtin operator `int`"; 2.13 traces it).
+    gatv2.gd has a reshape op; the input check reads the feature shape."""
+    import sympy
+    m, g = bound(backend, str(ROOT / "programs" / "extra" / "gatv2.gd"))
+    want = m(g.features)
+
+    pkg, to_int = str(Path(gdsl.__file__).parent), sympy.Integer.__int__
+
+    def refuse(self):   # (torch's own export code converts its sympy numbers: let it)
+        if sys._getframe(1).f_code.co_filename.startswith(pkg):
+            raise AssertionError("int() of a sympy Integer in gdsl's forward")
+        return to_int(self)
+    monkeypatch.setattr(sympy.Integer, "__int__", refuse)
+    ep = torch.export.export(m, (g.features,), strict=False)
+    torch.testing.assert_close(ep.module()(g.features), want)
 
 
 def test_torch_export_of_a_training_module_with_dropout_is_refused():

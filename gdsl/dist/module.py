@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gdsl.backends.reference.executor import ReferenceModule, scatter_extremum
+from gdsl.backends.reference.executor import ReferenceModule, reshape_targets, scatter_extremum
 from gdsl.backends.reference.graphdata import GraphData
 from gdsl.backends.reference.linear import plan_linear, run_linear
 from gdsl.diagnostics import GdslError
@@ -265,6 +265,7 @@ class DistModule(ReferenceModule):
         self._create_params(module)   # drawn on the host, as one process draws them
         self.to(dev)
         self.feature_input = feature_input(module)
+        self._reshape_to = reshape_targets(module)
         self.loss_op = next((op for op in module.main.ops if op.name == "loss"), None)
         self._consts: dict = {}
         self._spmm = {}

@@ -106,6 +106,13 @@ def scatter_extremum(m: torch.Tensor, idx: torch.Tensor, rows: int, reduce: str,
     return out
 
 
+def reshape_targets(module: Module) -> dict[Op, tuple[int, ...]]:
+    """Each `reshape` op's target shape as python ints (the IR's dims are sympy
+    Integers, and torch < 2.13's dynamo cannot trace int() of one under strict
+    torch.export)."""
+    return {op: tuple(int(d) for d in op.result.type.shape) for op in module.main.ops if op.name == "reshape"}
+
+
 def check_features(x, rows: int, shape, dtype: torch.dtype = torch.float32,
                    device: torch.device | None = None) -> torch.Tensor:
     """The features a caller passes to the module (`model(x)`): a tensor of the
@@ -178,9 +185,13 @@ class ReferenceModule(nn.Module):
         self._consts = self._make_consts(torch.float32)
         self._spmm = self._plan_spmm(module)
         self._lin_anchor, self._lin_skip = plan_linear(self, module)
-        self.feature_input = next((op.attrs["name"] for op in module.main.ops
-                                   if op.name == "input" and op.result.type.domain == "vertex"
-                                   and op.result.type.dtype == "f32"), None)
+        feat = next((op for op in module.main.ops if op.name == "input" and op.result.type.domain == "vertex"
+                     and op.result.type.dtype == "f32"), None)
+        self.feature_input = feat.attrs["name"] if feat else None
+        # python ints, not sympy Integers: torch < 2.13's dynamo cannot trace int(sympy.Integer)
+        # under strict torch.export
+        self._feature_shape = tuple(int(d) for d in feat.result.type.shape) if feat else ()
+        self._reshape_to = reshape_targets(module)
         self.loss_op = next((op for op in module.main.ops if op.name == "loss"), None)
 
     def _make_consts(self, dtype: torch.dtype) -> dict[Op, torch.Tensor]:
@@ -319,7 +330,7 @@ class ReferenceModule(nn.Module):
             return self._as_dtype(self.gd.edge_env[name])
         if name == self.feature_input:
             return self._as_dtype(g.features) if x is None else \
-                check_features(x, g.num_nodes, t.shape, self.dtype, self.input_device)
+                check_features(x, g.num_nodes, self._feature_shape, self.dtype, self.input_device)
         if name not in g.ndata:
             raise KeyError(f"the graph has no vertex data '{name}' for input {name}")
         return self._as_dtype(g.ndata[name])
@@ -519,7 +530,7 @@ class ReferenceModule(nn.Module):
         if n == "flatten":
             return vals[0].reshape(vals[0].shape[0], -1) if _rows(t) else vals[0].reshape(-1)
         if n == "reshape":
-            shape = [int(d) for d in t.shape]
+            shape = list(self._reshape_to[op])
             return vals[0].reshape([vals[0].shape[0]] + shape) if _rows(t) else vals[0].reshape(shape)
         if n == "dropout":
             return self.dropout(op, vals[0])
