@@ -362,7 +362,9 @@ def cmd_calibrate(args, parser) -> int:
 
     if args.np_ < 2:
         parser.error("--np must be at least 2 (the ping-pong needs two ranks)")
-    if args.out:
+    if args.out is not None:
+        if not args.out.strip():   # was: measured, then "cannot write the profile to ."
+            parser.error("--out: empty (give a file to write)")
         from gdsl.runtime.files import check_json_path
         check_json_path(args.out, "--out")   # before measuring, not after
     backends = BACKENDS if args.backend == "all" else (args.backend,)
@@ -481,7 +483,7 @@ def _compile_and_emit(args, parser, source, dims, edges, graph, dumping, dump_di
 def cmd_run(args, parser) -> int:
     import gdsl
     from gdsl.graph.io import load_graph, resolve_data
-    from gdsl.runtime.files import save_state_dict
+    from gdsl.runtime.files import finish_run, save_state_dict
     from gdsl.runtime.trainer import Diverged, Progress, check_json_path, train, write_json
 
     if args.epochs is not None and args.epochs < 1:
@@ -532,17 +534,22 @@ def cmd_run(args, parser) -> int:
     if sig is not None:
         what = "interrupted" if sig == signal.SIGINT else f"terminated ({signal.Signals(sig).name})"
         print(f"\ngdsl: {what} after {len(result.epochs)} epoch{'s' if len(result.epochs) != 1 else ''}", file=sys.stderr)
-    if f:
-        accs = "  ".join(f"{k} {v:.4f}" for k, v in f.items() if k.endswith("_acc") and "/" not in k)
-        print(f"final (epoch {f['epoch']}): loss {f['loss']:.4f}  {accs}  mean epoch {f['mean_epoch_time'] * 1000:.1f} ms")
-        if "best_val_epoch" in f:
-            print(f"best val epoch {f['best_val_epoch']}: val_acc {f['best_val/val_acc']:.4f}"
-                  + (f"  test_acc {f['best_val/test_acc']:.4f}" if "best_val/test_acc" in f else ""))
-    if args.json:
+
+    def summary():
+        if f:
+            accs = "  ".join(f"{k} {v:.4f}" for k, v in f.items() if k.endswith("_acc") and "/" not in k)
+            print(f"final (epoch {f['epoch']}): loss {f['loss']:.4f}  {accs}  "
+                  f"mean epoch {f['mean_epoch_time'] * 1000:.1f} ms")
+            if "best_val_epoch" in f:
+                print(f"best val epoch {f['best_val_epoch']}: val_acc {f['best_val/val_acc']:.4f}"
+                      + (f"  test_acc {f['best_val/test_acc']:.4f}" if "best_val/test_acc" in f else ""))
+
+    def json_file():
         write_json(args.json, result.to_json(program=args.program, data=str(data), backend=args.backend,
                                              seed=args.seed, train=cfg.name, model=cfg.model))
         print(f"wrote {args.json}", file=sys.stderr)
-    if args.save:
+
+    def save_file():
         if result.steps:   # an interrupted run keeps what it trained
             save_state_dict(args.save, result.model.state_dict())
             done = result.epochs[-1].epoch if result.epochs else 0
@@ -555,6 +562,9 @@ def cmd_run(args, parser) -> int:
                   f"model.load_state_dict(torch.load({str(args.save)!r})))", file=sys.stderr)
         else:
             print(f"gdsl: --save {args.save}: not written (no optimizer step was taken)", file=sys.stderr)
+
+    # each file written even if stdout or the other file failed
+    finish_run(summary, [w for w, want in ((json_file, args.json), (save_file, args.save)) if want])
     return 128 + int(sig) if sig is not None else 0
 
 
@@ -588,6 +598,9 @@ def _out_of_memory(e: RuntimeError) -> str | None:
     return f"torch could not allocate {what} (is a dim or a static argument far larger than meant?)"
 
 
+MAX_RANKS = 10_000_000   # --np: more than any MPI job runs today; bounds the planner's and partitioner's loops
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
@@ -598,6 +611,11 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("json", "save"):
         if isinstance(getattr(args, flag, None), str) and not getattr(args, flag).strip():   # was: ignored, nothing written
             args.command_parser.error(f"--{flag}: empty (give a file to write)")
+    if (getattr(args, "np_", None) or 0) > MAX_RANKS:   # was: plan and partition ran for hours (O(P) loops)
+        args.command_parser.error(f"--np {args.np_}: at most {MAX_RANKS:,} ranks")
+    if isinstance(getattr(args, "program", None), str) and not args.program.strip():
+        # was (run): '' read as program text ("the program is empty")
+        args.command_parser.error("the program: empty (give a .gd file)")
     debug = os.environ.get("GDSL_DEBUG") == "1"
     # `gdsl run`: SIGTERM / SIGHUP stop it as Ctrl-C does (the trainer keeps what it
     # trained; --json is written); a rank under mpiexec has its own handling (gdsl/dist)
@@ -677,11 +695,16 @@ def _dispatch(args, parser, debug: bool) -> int:
         print(f"gdsl: terminated ({e.name})", file=sys.stderr)
         return 128 + e.signum
     except BrokenPipeError:  # `gdsl ... | head`: the reader left; not an error of ours
-        try:
-            sys.stdout = open(os.devnull, "w")
-        except OSError:
-            pass
+        _discard_stdout()
         return 141
+    except OSError as e:   # the file system's answer, not a bug: a name too long, a symlink loop, a full disk
+        why = (e.strerror or str(e)).lower()
+        if e.filename is not None:
+            print(f"gdsl: error: {e.filename}: {why}", file=sys.stderr)
+        else:   # (a print to a full disk names no file)
+            print(f"gdsl: error: {why}", file=sys.stderr)
+            _discard_stdout()
+        return 1
     except Exception as e:  # noqa: BLE001 - the one boundary
         oom = _out_of_memory(e) if isinstance(e, RuntimeError) else None
         if oom is not None:   # torch's allocation failure: a user error (a size far too large), not a bug
@@ -695,6 +718,16 @@ def _dispatch(args, parser, debug: bool) -> int:
             print(e.ir, file=sys.stderr)
         print("(this is a bug in gdsl; rerun with GDSL_DEBUG=1 for the traceback)", file=sys.stderr)
         return 3
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null, so that what is still buffered for it (the
+    reader left, or the disk is full) does not fail again at exit."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def entry() -> None:

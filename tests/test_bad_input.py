@@ -526,3 +526,137 @@ def test_usage_errors_name_the_command(tmp_path, capsys):
             main(argv)
         err = capsys.readouterr().err
         assert e.value.code == 2 and message in err and f"usage: gdsl {argv[0]}" in err, err
+
+
+# ---- session 20's fuzzing: the end of a run, file-system errors, absurd sizes -------------------
+
+class _FailingStdout:
+    """A stdout whose writes fail as a full disk (ENOSPC) or a reader that left (EPIPE) does."""
+    def __init__(self, exc):
+        self.exc = exc
+
+    def write(self, s):
+        raise self.exc
+
+    def flush(self):
+        raise self.exc
+
+
+@pytest.mark.parametrize("exc, code", [(OSError(28, "No space left on device"), 1), (BrokenPipeError(32, "Broken pipe"), 141)])
+def test_a_failing_stdout_at_the_end_of_a_run_still_writes_the_files(tmp_path, monkeypatch, capsys, exc, code):
+    """Was: the final lines were printed before --json and --save were written,
+    so `> /dev/full` (an internal error, exit 3) or `| grep -m1 final` lost both."""
+    import sys
+    monkeypatch.setattr(sys, "stdout", _FailingStdout(exc))
+    j, s = tmp_path / "m.json", tmp_path / "m.pt"
+    rc = main(["run", str(PROGRAMS / "gcn.gd"), "--epochs", "1", "--backend", "reference", "--json", str(j),
+               "--save", str(s)])
+    err = capsys.readouterr().err
+    assert rc == code and j.is_file() and s.is_file(), err
+    assert "internal compiler error" not in err and "Traceback" not in err
+    if code == 1:
+        assert "gdsl: error: no space left on device" in err
+
+
+def test_a_json_file_that_cannot_be_written_at_the_end_does_not_lose_the_params(tmp_path, monkeypatch, capsys):
+    """Was: --json was written first and its failure (its directory removed
+    during training, a full disk) skipped --save: the trained params lost."""
+    import gdsl.runtime.trainer as trainer
+    j, s = tmp_path / "gone" / "m.json", tmp_path / "m.pt"
+    j.parent.mkdir()
+
+    def lost(path, payload):
+        raise GdslError(f"--json {path}: no such directory: {j.parent}")
+    monkeypatch.setattr(trainer, "write_json", lost)
+    rc = main(["run", str(PROGRAMS / "gcn.gd"), "--epochs", "1", "--backend", "reference", "--json", str(j),
+               "--save", str(s)])
+    err = capsys.readouterr().err
+    assert rc == 1 and s.is_file() and "no such directory" in err and f"wrote {s}" in err, err
+    assert set(torch.load(s, weights_only=True)) == {"GCNConv_1.W", "GCNConv_1.b", "GCNConv_2.W", "GCNConv_2.b"}
+
+
+def test_a_file_name_too_long_is_an_error_not_an_internal_one(tmp_path, capsys):
+    long = str(tmp_path / ("x" * 300))
+    for argv in (["run", str(PROGRAMS / "gcn.gd"), "--json", long + ".json"], ["compile", long + ".gd"],
+                 ["compile", str(PROGRAMS / "gcn.gd"), "--dump-dir", long]):
+        rc, _, err = run(capsys, *argv)
+        assert rc == 1 and "file name too long" in err, (argv, err)
+
+
+def test_deeply_nested_json_inputs_are_refused_clearly(tmp_path, capsys, monkeypatch):
+    """A profile, a checkpoint index or a partition header nested 100,000 deep
+    (was: "maximum recursion depth exceeded", an internal error)."""
+    deep = "[" * 100_000
+    (tmp_path / "deep.json").write_text(deep)
+    rc, _, err = run(capsys, "plan", str(PROGRAMS / "gcn.gd"), "--data", "cora", "--np", "2",
+                     "--profile", str(tmp_path / "deep.json"))
+    assert rc == 1 and "not a valid gdsl profile: nested too deeply" in err, err
+    from gdsl.dist.run import read_checkpoint_index
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "checkpoint.json").write_text(deep)
+    with pytest.raises(GdslError, match="not a gdsl checkpoint \\(nested too deeply\\)"):
+        read_checkpoint_index(ck)
+    from gdsl.dist.part import read_header
+    for header, why in ((deep.encode(), "nests too deeply"), (b"[1, 2]", "not an object with an integer rank")):
+        np.savez(tmp_path / "part-0.npz", header=np.frombuffer(header, dtype=np.uint8))
+        with pytest.raises(GdslError, match=f"part-0.npz: not a gdsl partition file \\(.*{why}"):
+            read_header(tmp_path / "part-0.npz")
+
+
+def test_an_absurd_rank_count_is_a_usage_error_and_divisors_are_fast(capsys):
+    """Was: `gdsl plan --np 10**9` and `gdsl partition --np 10**9` ran for hours
+    (O(P) loops), --np 10**20 forever."""
+    from gdsl.cost.choose import _divisors
+    assert _divisors(36) == [1, 2, 3, 4, 6, 9, 12, 18, 36] and _divisors(97) == [1, 97] and _divisors(1) == [1]
+    assert _divisors(2 ** 20) == [2 ** k for k in range(21)]
+    for cmd in (["plan", str(PROGRAMS / "gcn.gd"), "--dims", "N=10,E=10,F=3,C=2"],
+                ["partition", str(PROGRAMS / "gcn.gd"), "--out", "never"]):
+        with pytest.raises(SystemExit) as e:
+            main(cmd + ["--np", str(10 ** 20)])
+        assert e.value.code == 2 and "at most 10,000,000 ranks" in capsys.readouterr().err
+
+
+def test_empty_program_and_calibrate_out_are_usage_errors(capsys):
+    for argv in (["run", ""], ["compile", " "], ["calibrate", "--out", ""]):
+        with pytest.raises(SystemExit) as e:   # calibrate was: measured first, then "cannot write ... to ."
+            main(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and "empty" in err, (argv, err)
+
+
+def test_a_directory_named_like_a_builtin_data_set_does_not_shadow_it(tmp_path, monkeypatch):
+    """docs/cli.md: a *file* named cora wins over the builtin (was: a directory
+    did too, "cora: is a directory, not an .npz file")."""
+    from gdsl.graph.io import builtin_dataset, resolve_data
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "cora").mkdir()
+    assert resolve_data("cora") == builtin_dataset("cora")
+    (tmp_path / "citeseer").write_bytes(b"")
+    assert resolve_data("citeseer") == Path("citeseer")
+
+
+def test_a_signal_while_the_optimizer_is_made_returns_an_empty_result(monkeypatch):
+    """Was: the window between the module and the training loop (Adam's first
+    use imports torch._dynamo, ~1 s) was outside the trainer's handling: a
+    SIGTERM there wrote no --json and no "after 0 epochs"."""
+    import gdsl.runtime.trainer as trainer
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(trainer, "make_optimizer", interrupted)
+    r = trainer.train(gdsl.compile(str(PROGRAMS / "gcn.gd")), gdsl.load_graph("cora"), backend="reference", epochs=2)
+    assert r.epochs == [] and r.steps == 0 and r.interrupted
+
+
+def test_loss_of_a_non_float_or_non_tensor_output_is_a_clear_error():
+    g = Graph.from_edges([0, 1], [1, 0], 2, features=torch.ones(2, 1433), labels=[0, 1],
+                         train_mask=[1, 1])
+    m = gdsl.compile(str(PROGRAMS / "gcn.gd")).module(g, backend="reference")
+    with pytest.raises(GdslError, match=r"must be a float tensor \(the logits\), got torch.int64"):
+        m.loss(torch.zeros(2, 2, dtype=torch.long))
+    with pytest.raises(GdslError, match="must be a torch.Tensor of shape \\[rows, 2\\], got ndarray"):
+        m.loss(np.zeros((2, 2)))
+    with pytest.raises(GdslError, match=r"expected a boolean mask \(bool, or integers 0/1\), got torch.int64 with "
+                                        "values other than 0 and 1"):
+        Graph.from_edges([0, 1], [1, 0], 2, train_mask=[2, 0])

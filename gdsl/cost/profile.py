@@ -162,6 +162,9 @@ def load_profile(path=None, backend: str | None = None) -> Profile:
     except json.JSONDecodeError as e:
         raise GdslError(f"{p}: not a valid gdsl profile: invalid JSON ({e.msg} at line {e.lineno} column {e.colno}) "
                         f"(rerun `gdsl calibrate`, or remove the file to use the built-in default)") from None
+    except RecursionError:   # was: an internal error
+        raise GdslError(f"{p}: not a valid gdsl profile: nested too deeply (rerun `gdsl calibrate`, or remove the "
+                        f"file to use the built-in default)") from None
     return profile_from_dict(data, str(p), backend)
 
 

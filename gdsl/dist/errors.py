@@ -67,7 +67,7 @@ def read_reports(run_dir: str) -> dict[int, tuple[str, bool, bool]]:
             with open(os.path.join(run_dir, name)) as f:
                 d = json.load(f)
             out[int(d["rank"])] = (str(d["message"]), bool(d.get("all_ranks")), bool(d.get("located")))
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
             continue
     return out
 

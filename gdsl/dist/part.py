@@ -414,9 +414,16 @@ def read_header(path: Path) -> dict:
         if not zipfile.is_zipfile(path):   # np.load would call any other file "pickled data"
             raise GdslError(f"{path}: not a gdsl partition file (not an .npz archive; write them with `gdsl partition`)")
         with np.load(path, allow_pickle=False) as z:
-            return json.loads(bytes(z["header"]).decode())
+            h = json.loads(bytes(z["header"]).decode())
+    except RecursionError:   # a header nested thousands deep
+        raise GdslError(f"{path}: not a gdsl partition file (its header nests too deeply)") from None
     except (OSError, ValueError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as e:
         raise GdslError(f"{path}: not a gdsl partition file ({e})") from None
+    if not isinstance(h, dict) or not all(isinstance(h.get(k), int) for k in ("rank", "size")):
+        # was: "'list' object has no attribute 'get'" (an internal error)
+        raise GdslError(f"{path}: not a gdsl partition file (its header is not an object with an integer rank "
+                        f"and size)")
+    return h
 
 
 def load_part(directory: str | Path, rank: int, size: int, expect: dict | None = None) -> RankPart:
@@ -447,11 +454,14 @@ def load_part(directory: str | Path, rank: int, size: int, expect: dict | None =
             return []
         return np.split(a[f"{name}.data"], np.cumsum(a[f"{name}.counts"])[:-1])
 
-    sj = h["spec"]
-    spec = Spec(sj["strategy"], sj["arg"], sj["delay"], sj["halo"], sj["seed"])
-    return RankPart(spec, rank, size, h["num_nodes"], h["num_edges"], a["gid"], h["n_own"], a["src"], a["dst"],
-                    a["eid"], a["in_degree"], a["out_degree"], a["counted"], a.get("features"), a.get("labels"),
-                    {k[5:]: v for k, v in a.items() if k.startswith("mask.")},
-                    {k[6:]: v for k, v in a.items() if k.startswith("edata.")},
-                    lst("send_idx"), lst("recv_idx"),
-                    {k[6:]: v for k, v in a.items() if k.startswith("extra.")}, h.get("meta", {}))
+    try:
+        sj = h["spec"]
+        spec = Spec(sj["strategy"], sj["arg"], sj["delay"], sj["halo"], sj["seed"])
+        return RankPart(spec, rank, size, h["num_nodes"], h["num_edges"], a["gid"], h["n_own"], a["src"], a["dst"],
+                        a["eid"], a["in_degree"], a["out_degree"], a["counted"], a.get("features"), a.get("labels"),
+                        {k[5:]: v for k, v in a.items() if k.startswith("mask.")},
+                        {k[6:]: v for k, v in a.items() if k.startswith("edata.")},
+                        lst("send_idx"), lst("recv_idx"),
+                        {k[6:]: v for k, v in a.items() if k.startswith("extra.")}, h.get("meta", {}))
+    except (KeyError, TypeError) as e:   # a file of the right format with an entry missing
+        raise GdslError(f"{path}: not a complete gdsl partition file (no {e})") from None

@@ -136,6 +136,8 @@ def read_checkpoint_index(directory: Path) -> dict:
         info = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise GdslError(f"{idx}: not a gdsl checkpoint (not JSON: {e})") from None
+    except RecursionError:   # was: an internal error
+        raise GdslError(f"{idx}: not a gdsl checkpoint (nested too deeply)") from None
     if not isinstance(info, dict) or not all(isinstance(info.get(k), int) and not isinstance(info.get(k), bool)
                                              for k in ("epoch", "size")):
         raise GdslError(f"{idx}: not a gdsl checkpoint (expected an object with an integer epoch and size)")
@@ -378,7 +380,7 @@ def run_rank(args: dict) -> int:
     import gdsl
     from gdsl.dist.comm import Comm
     from gdsl.dist.part import load_part, part_path
-    from gdsl.runtime.files import save_state_dict
+    from gdsl.runtime.files import finish_run, save_state_dict
     from gdsl.runtime.trainer import EpochStats, Progress, make_optimizer, write_json
 
     comm = Comm(MPI.COMM_WORLD)
@@ -417,18 +419,21 @@ def run_rank(args: dict) -> int:
     kernels = {} if model.kernels is None else dict(model.kernels.used)
     state = full_state_dict(model, comm) if args.get("save") and history else None   # every rank takes part
     if rank == 0:
-        _print_summary(history, report, part, args, model.backend, kernels)
-        if state is not None:
+        def save_file():
             save_state_dict(args["save"], state)
             print(f"wrote {args['save']} (the params after epoch {history[-1]['epoch']}, as one process holds "
                   f"them; model.load_state_dict(torch.load({str(args['save'])!r})))", file=sys.stderr)
-        if args.get("json"):
+
+        def json_file():
             last = history[-1] if history else {}
             write_json(args["json"], {"program": args["program"], "np": size, "plan": part.spec.describe(),
                                       "exact": part.spec.exact, "seed": seed, "backend": model.backend,
                                       "kernels": kernels, "epochs": history,
                                       "final": {k: v for k, v in last.items() if not k.startswith("comm")}})
             print(f"wrote {args['json']}", file=sys.stderr)
+        # each file written even if stdout or the other file failed
+        finish_run(lambda: _print_summary(history, report, part, args, model.backend, kernels),
+                   [w for w, want in ((save_file, state is not None), (json_file, args.get("json"))) if want])
     return 0
 
 

@@ -320,7 +320,9 @@ def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str =
         raise GdslError(f"{what}: expected integer ids, got {t.dtype}")
     if dtype == torch.bool and t.dtype != torch.bool:
         if t.is_floating_point() or not bool(((t == 0) | (t == 1)).all()):
-            raise GdslError(f"{what}: expected a boolean mask, got {t.dtype}")
+            # (an integer mask of 0s and 1s is taken; say so: was "got torch.int64" for [2, 0, 3, 0])
+            raise GdslError(f"{what}: expected a boolean mask (bool, or integers 0/1), got {t.dtype}"
+                            + ("" if t.is_floating_point() else " with values other than 0 and 1"))
     if dtype == torch.float32 and t.dtype == torch.float64 and t.numel():
         _check_fits_float32(t, what, where)
     return t.to(dtype)

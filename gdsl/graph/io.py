@@ -30,8 +30,10 @@ def resolve_data(spec: str | None) -> Path:
     """`None` -> embedded Cora; a builtin name -> its file; else a path."""
     if spec is None:
         return builtin_dataset("cora")
-    if isinstance(spec, str) and spec.lower() in BUILTIN and not Path(spec).exists():
-        return builtin_dataset(spec.lower())   # 'Cora', as PyG's Planetoid names it, too
+    if isinstance(spec, str) and spec.lower() in BUILTIN and not Path(spec).is_file():
+        # 'Cora', as PyG's Planetoid names it, too; only a *file* of that name wins (docs/cli.md), not a
+        # directory (was: "cora: is a directory, not an .npz file")
+        return builtin_dataset(spec.lower())
     return Path(spec)
 
 

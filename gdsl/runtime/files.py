@@ -54,6 +54,33 @@ def check_json_path(path: str, flag: str = "--json", inputs=()) -> None:
         raise GdslError(f"{flag} {p}: cannot write in {parent} ({e.strerror or e})") from None
 
 
+def finish_run(summary, writers) -> None:
+    """The end of a run: print its summary on stdout (`summary()`), then
+    write the user's files (`writers`, callables), each one even if stdout
+    failed (`gdsl run ... | grep -m1 final`, a full disk) or a file before
+    it did: the trained params are not lost to a failed metrics file. Then
+    the first failure is raised (a file's before stdout's), the others
+    printed."""
+    import sys
+    stdout_failed, failures = [], []
+    try:
+        summary()
+        sys.stdout.flush()
+    except OSError as e:
+        stdout_failed.append(e)
+    for write in writers:
+        try:
+            write()
+        except (OSError, GdslError) as e:
+            failures.append(e)
+    failures += stdout_failed
+    for e in failures[1:]:
+        if not isinstance(e, BrokenPipeError):
+            print(f"gdsl: error: {e}", file=sys.stderr)
+    if failures:
+        raise failures[0]
+
+
 def write_json(path: str, payload: dict) -> None:
     """Write atomically (`write_atomic`); NaN -> null."""
     check_json_path(path)

@@ -162,15 +162,17 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
     torch.manual_seed(seed)
     try:
         model = program.module(graph, backend=backend)   # compiles the kernels: seconds on a cold cache
+        model.dropout_seed = seed
+        if not any(p.requires_grad for p in model.parameters()):
+            raise GdslError(f"{program.file}: model '{cfg.model}' has no params to train (declare a param in one "
+                            f"of its layers)")
+        # (a torch optimizer's first use imports torch._dynamo: a second or so, still before any epoch)
+        opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
     except (KeyboardInterrupt, Terminated) as e:   # before any epoch: an empty result (`--json` with final {})
         result = TrainResult()
         result.signal = e.signum if isinstance(e, Terminated) else signal.SIGINT
         return result
-    model.dropout_seed = seed
     result = TrainResult(model=model)
-    if not any(p.requires_grad for p in model.parameters()):
-        raise GdslError(f"{program.file}: model '{cfg.model}' has no params to train (declare a param in one of its layers)")
-    opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
     n_epochs = epochs if epochs is not None else cfg.epochs
     labels = graph.labels
     names = accuracy_masks(cfg)

@@ -432,9 +432,14 @@ class ReferenceModule(nn.Module):
         if op is None:
             raise GdslError("the program has no train block with a loss")
         want = tuple(int(d) for d in op.operands[0].type.shape)
-        if not isinstance(out, torch.Tensor) or out.dim() < 1 or tuple(out.shape[1:]) != want:
-            got = list(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-            raise GdslError(f"loss: the model's output is [rows, {', '.join(map(str, want))}], got {got}")
+        shape = f"[rows, {', '.join(map(str, want))}]"
+        if not isinstance(out, torch.Tensor):   # was: "... is [rows, 7], got ndarray"
+            raise GdslError(f"loss: the model's output must be a torch.Tensor of shape {shape}, got "
+                            f"{type(out).__name__}")
+        if out.dim() < 1 or tuple(out.shape[1:]) != want:
+            raise GdslError(f"loss: the model's output is {shape}, got {list(out.shape)}")
+        if not out.is_floating_point():   # was: torch's "... not implemented for 'Long'"
+            raise GdslError(f"loss: the model's output must be a float tensor (the logits), got {out.dtype}")
         if out.shape[0] != self.graph.num_nodes:
             raise GdslError(f"loss: the model's output has {out.shape[0]} rows, but the graph bound to the module "
                             f"has {self.graph.num_nodes} vertices (the loss's target and mask have one row per vertex)")
