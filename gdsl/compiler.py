@@ -99,7 +99,8 @@ def _reorders_asked(checked: CheckedProgram, module: Module) -> dict[str, tuple[
     return asked
 
 
-def _unapplied_reorders(asked: dict[str, tuple[Span, str]], module: Module) -> list[Diagnostic]:
+def _unapplied_reorders(asked: dict[str, tuple[Span, str]], module: Module,
+                        declined: dict[str, str] | None = None) -> list[Diagnostic]:
     """An error for each reorder asked for that the order pass did not carry
     out (was: accepted, and the layer silently ran sparse-first). The pass
     rewrites one form (passes/order.py): the aggregation of one endpoint
@@ -107,11 +108,12 @@ def _unapplied_reorders(asked: dict[str, tuple[Span, str]], module: Module) -> l
     products of one tensor to it (`x * c1 + x / c2 - x`); a linear message
     it cannot (terms of `x` and `-x`) is refused."""
     done = {op.attrs.get("scope") for op in module.main.ops if op.attrs.get("order_by") == "hint"}
-    return [Diagnostic(span, f"{what}: the order pass "
-                             "reorders an aggregation whose message is one endpoint tensor times a graph constant "
-                             "(`src.h * rsqrt(src.degree * dst.degree)`, or a sum of such terms of one tensor, "
-                             "`src.h / dst.degree + src.h * 0.5`), and this one's message does not fold to that "
-                             "form; write the message as one product, or leave the order to the compiler")
+    why = ("the order pass reorders an aggregation whose message is one endpoint tensor times a graph constant "
+           "(`src.h * rsqrt(src.degree * dst.degree)`, or a sum of such terms of one tensor, "
+           "`src.h / dst.degree + src.h * 0.5`), and this one's message does not fold to that "
+           "form; write the message as one product, or leave the order to the compiler")
+    declined = declined or {}   # the order pass's own reason (a shared aggregation)
+    return [Diagnostic(span, f"{what}: {declined.get(scope, why)}")
             for scope, (span, what) in asked.items() if scope not in done]
 
 
@@ -159,6 +161,6 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
     # (the order pass rewrites fused IR only: not checked when a test disables fuse)
     if "order" in ran and "fuse" in ran and (stop_after is None or stop_after in ran
                                                  and ran.index(stop_after) >= ran.index("order")):
-        if errors := _unapplied_reorders(asked, module):
+        if errors := _unapplied_reorders(asked, module, ctx.options.get("order_declined")):
             raise CompileError(errors, source)
     return Compiled(source, file, prog, checked, module, warnings)

@@ -73,13 +73,19 @@ class Order:
         delay = ctx.options.get("delay", 0)
         delayed = isinstance(delay, int) and delay > 0
         only = lambda v, op: users.get(v, []) == [op] and v not in f.results  # noqa: E731
+        # an aggregation several transforms read (canonicalize's CSE merged identical calls on one
+        # input, `GCNConv[C](X) + GCNConv[C](X)`): each `@` can be reordered to A (X W_i) on its own
+        shared = lambda v, op: (len(users.get(v, [])) > 1 and v not in f.results  # noqa: E731
+                                and all(u.name == "matmul" and u.operands[0] is v for u in users[v]))
         rewrites: dict[Op, list[Op]] = {}
         drop: set[Op] = set()
+        left: dict[Op, int] = {}   # a shared aggregation -> its users not reordered
         for t in f.ops:
-            form = self.match(t, only)
+            form = self.match(t, only, shared)
             if form is None:
                 continue
             agg, scale = form
+            is_shared = shared(agg.result, t)
             scope = t.attrs.get("scope", "")
             hint = hints.get(scope.replace("_", "#")) if scope else None
             if not hint and default != "auto":
@@ -90,10 +96,27 @@ class Order:
             elif delayed and not needs_grad(f, agg.operands[0]):
                 choice, by = "sparse_first", "delay"
             else:
-                choice, by = self.by_width(t)
-            agg.attrs.update(order=choice, order_by=by)
+                choice, by = self.by_width(t, users[agg.result] if is_shared else (t,))
             bwd_choice, bwd_memo, bwd_by = self.backward(t, choice, bwd, memo, needs_grad(f, agg.operands[0]))
-            agg.attrs.update(order_grad=bwd_choice, order_grad_by=bwd_by, order_memo=bwd_memo)
+            decided = dict(order=choice, order_by=by, order_grad=bwd_choice, order_grad_by=bwd_by,
+                           order_memo=bwd_memo)
+            if is_shared:
+                # only dense-first is carried out per transform (the aggregation the others read stays
+                # as it was, unordered: its one result cannot carry one order per reader)
+                left.setdefault(agg, len(users[agg.result]))
+                if choice != "dense_first":
+                    if scope and (bwd, memo) != ("auto", "auto"):   # a backward option: not carried out
+                        ctx.options.setdefault("order_declined", {})[scope] = (
+                            "its aggregation is shared with another transform (identical calls on one input "
+                            "are merged), and a shared aggregation is only reordered dense-first, one transform "
+                            "at a time; use dense_first, or sparse_first without a backward option")
+                    continue
+                rewrites[t] = self.rewrite(t, agg, None, {**decided, **({"scope": scope} if scope else {})})
+                left[agg] -= 1
+                if left[agg] == 0:
+                    drop.add(agg)
+                continue
+            agg.attrs.update(decided)
             if choice != "dense_first":
                 continue
             rewrites[t] = self.rewrite(t, agg, scale)
@@ -109,7 +132,7 @@ class Order:
         return module
 
     @staticmethod
-    def match(t: Op, only) -> tuple[Op, Op | None] | None:
+    def match(t: Op, only, shared=lambda v, op: False) -> tuple[Op, Op | None] | None:
         if t.name != "matmul":
             return None
         a = t.operands[0]
@@ -117,7 +140,8 @@ class Order:
         if a.owner is not None and only(a, t) and _is_vertex_scale(a.owner):
             scale, a = a.owner, a.owner.operands[0]
         agg = a.owner
-        if agg is None or agg.name != "aggregate" or agg.attrs["reduce"] != "sum" or not only(a, scale or t):
+        if agg is None or agg.name != "aggregate" or agg.attrs["reduce"] != "sum" or not (
+                only(a, scale or t) or (scale is None and shared(a, t))):
             return None
         if agg.attrs["msg"] == "copy_src":
             return agg, scale
@@ -128,8 +152,11 @@ class Order:
         return None
 
     @staticmethod
-    def by_width(t: Op) -> tuple[str, str]:
-        f_in, f_out = _widths(t)
+    def by_width(t: Op, readers=()) -> tuple[str, str]:
+        """Dense-first when it aggregates fewer columns: f_out < f_in, or for an
+        aggregation several transforms read, the sum of their f_out < f_in."""
+        f_in, _ = _widths(t)
+        f_out = sympy.Add(*(_widths(u)[1] for u in (readers or (t,))))
         if not (f_in.is_number and f_out.is_number):
             return "sparse_first", "undecided"
         return ("dense_first" if f_out < f_in else "sparse_first"), "width"
@@ -158,12 +185,12 @@ class Order:
         return best[0], best[1], "cost"
 
     @staticmethod
-    def rewrite(t: Op, agg: Op, scale: Op | None) -> list[Op]:
+    def rewrite(t: Op, agg: Op, scale: Op | None, decided: dict | None = None) -> list[Op]:
         x = agg.operands[0]
         keep = {k: t.attrs[k] for k in ("scope",) if k in t.attrs}
         y = Value(t.result.type, (t.result.hint or "t") + "_dense")
         mm = Op("matmul", [x, t.operands[1]], y, {**keep, "stage": "transform"}, t.span)
-        attrs = {**agg.attrs, "stage": "gather"}
+        attrs = {**agg.attrs, **(decided or {}), "stage": "gather"}
         if scale is None:
             out_agg = Op("aggregate", [y, *agg.operands[1:]], t.result, {**attrs, **_partial(t)}, agg.span)
             return [mm, out_agg]
