@@ -41,6 +41,7 @@ class _Namer:
     def __init__(self) -> None:
         self.names: dict[Value, str] = {}
         self.used: set[str] = set()
+        self.next: dict[str, int] = {}   # hint -> the suffix to try next (names are only added: O(1) each)
         self.tmp = 0
 
     def __call__(self, v: Value) -> str:
@@ -48,10 +49,12 @@ class _Namer:
             return self.names[v]
         if v.hint:
             base = v.hint.replace(".", "_")
-            name, k = base, 0
+            k = self.next.get(base, 0)
+            name = f"{base}_{k}" if k else base
             while name in self.used:
                 k += 1
                 name = f"{base}_{k}"
+            self.next[base] = k
         else:
             while str(self.tmp) in self.used:
                 self.tmp += 1

@@ -51,18 +51,25 @@ class Canonicalize:
 
 
 def cse(f) -> None:
-    """Merge ops with equal name, operands and attributes (pure ops only)."""
+    """Merge ops with equal name, operands and attributes (pure ops only).
+    One pass in op order (SSA: a value's uses follow its op), substituting as
+    it goes: linear in the ops (was: a walk of every op per merge, 96 s to
+    compile `repeat 1000`)."""
     seen: dict[tuple, Value] = {}
+    subst: dict[Value, Value] = {}
     kept: list[Op] = []
     for op in f.ops:
+        if subst and any(v in subst for v in op.operands):
+            op.operands = [subst.get(v, v) for v in op.operands]
         if op.name in _IMPURE or op.result is None:
             kept.append(op)
             continue
         key = (op.name, tuple(id(v) for v in op.operands),
                tuple(sorted((k, format_attr(v)) for k, v in op.attrs.items() if k not in _NOT_IDENTITY)))
         if key in seen:
-            f.replace_all_uses(op.result, seen[key])
+            subst[op.result] = seen[key]
             continue
         seen[key] = op.result
         kept.append(op)
     f.ops = kept
+    f.results = [subst.get(v, v) for v in f.results]

@@ -22,7 +22,10 @@ class Inline:
         main = module.main
         inputs = {op.attrs["name"]: op.result for op in main.ops if op.name == "input"}
         new_ops: list[Op] = []
+        subst: dict[Value, Value] = {}   # a call's result -> its callee's, applied as the ops come (SSA order)
         for op in main.ops:
+            if subst and any(v in subst for v in op.operands):
+                op.operands = [subst.get(v, v) for v in op.operands]
             if op.name != "call":
                 new_ops.append(op)
                 continue
@@ -44,7 +47,8 @@ class Inline:
                     new_ops.insert(0, Op(inner.name, [], res, attrs, inner.span))
                     continue
                 new_ops.append(Op(inner.name, [vmap[v] for v in inner.operands], res, attrs, inner.span))
-            main.replace_all_uses(op.result, vmap[callee.results[0]])
+            subst[op.result] = vmap[callee.results[0]]   # (was: a walk of every op per call, O(calls x ops))
         main.ops = new_ops
+        main.results = [subst.get(v, v) for v in main.results]
         module.funcs = {}
         return module
