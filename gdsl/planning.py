@@ -27,7 +27,14 @@ def layer_widths(lowered: Module) -> list:
     if not calls:
         raise GdslError("the model calls no layer: nothing to plan")
     width = lambda t: sympy.Mul(*t.shape) if t.shape else sympy.Integer(1)  # noqa: E731
-    return [width(calls[0].operands[0].type)] + [width(op.result.type) for op in calls]
+    if calls[0].operands:
+        first = calls[0].operands[0].type
+    else:   # a first layer of no arguments reads the features itself (`layer Embed() { t = X @ W }`)
+        # (was: an IndexError, an internal error of `gdsl plan` and `gdsl run --np`'s auto plan)
+        ops = [*lowered.main.ops, *(op for fn in lowered.funcs.values() for op in fn.ops)]
+        first = next((op.result.type for op in ops if op.name == "input" and op.result.type.domain == "vertex"
+                      and op.result.type.dtype == "f32"), calls[0].result.type)
+    return [width(first)] + [width(op.result.type) for op in calls]
 
 
 @dataclass

@@ -249,3 +249,19 @@ def test_approximate_plans_are_marked_in_the_ir_and_the_plan_table(tmp_path):
         "vertex_cut(delay=0c": False, "vertex_cut(delay=cd-0": True, "vertex_cut(delay=cd-2": False}
     code, ir, err = run_gdsl(["compile", GCN, "--data", "cora", "--np", "4"])   # an exact plan: no mark
     assert code == 0 and "approximate" not in ir, err
+
+
+def test_a_first_layer_of_no_arguments_is_planned_from_the_features(tmp_path):
+    """A first layer that reads X itself (`layer Embed[dout]() -> [dout]`) has no
+    operand to take f_0 from. Was: IndexError, an internal error of `gdsl plan`
+    and of `gdsl run --np P`'s auto plan."""
+    src = (ROOT / "programs" / "gcn.gd").read_text()
+    p = tmp_path / "embed.gd"
+    layer = "layer Embed[dout]() -> [dout] {\n    param W : f32[F, dout] = glorot\n    transform t = X @ W\n" \
+            "    return t\n}\n\n"
+    p.write_text(src.replace("layer GCNConv", layer + "layer GCNConv", 1)
+                    .replace("h = dropout(X, p)\n    h = relu(GCNConv[hidden](h))", "h = relu(Embed[hidden]())"))
+    assert "Embed[hidden]()" in p.read_text()
+    code, out, err = run_gdsl(["plan", str(p), "--data", "cora", "--np", "2"])
+    assert code == 0, err
+    assert "layer widths [1433, 16, 7]" in out
