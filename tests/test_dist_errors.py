@@ -443,3 +443,20 @@ def test_rank_watcher_skips_a_pid_file_being_written(tmp_path):
     (tmp_path / "rank-1.pid").write_text("999999999")   # a rank that is already gone
     t.join(5)
     assert not t.is_alive() and first_dead == ["1"]
+
+
+def test_features_refuses_a_later_layer_that_reads_x_again_saying_so():
+    """`a @ W + X @ Wx` in every layer: layer 2 reads X again after layer 1's
+    sync. Was: "op %t_1 (add) in layer 1 mixes layer-1 partial results with
+    synced rows" (the op is in layer 2)."""
+    import gdsl
+    from gdsl.diagnostics import GdslError
+    from gdsl.dist.module import feature_region
+    src = (ROOT / "programs" / "gcn.gd").read_text()
+    src = src.replace("transform t = a @ W", "transform t = a @ W + X @ Wx").replace(
+        "param W : f32[din, dout] = glorot", "param W : f32[din, dout] = glorot\n    param Wx : f32[F, dout] = glorot")
+    assert "X @ Wx" in src and "param Wx" in src
+    module = gdsl.compile(src).bind(gdsl.load_graph("cora")).module
+    with pytest.raises(GdslError, match=r"op %t_1 \(add\) mixes a product of X's feature columns .* cannot be read "
+                                        r"again after a sync; use rows"):
+        feature_region(module)

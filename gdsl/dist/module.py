@@ -129,8 +129,12 @@ def feature_region(module: Module, name=None) -> tuple[dict[Value, str], set[str
                 raise GdslError(f"partition = features: op {name(op.result)} ({n}) reads the feature input {x} (or a "
                                 f"value computed from it before layer 1's product with a weight) after the sync; "
                                 f"the feature split holds {x} as column slices only, use rows")
-            if "partial" in ins:
-                raise GdslError(f"{where} mixes layer-1 partial results with synced rows")
+            if "partial" in ins:   # (was "... in layer 1 mixes layer-1 partial results with synced rows", for an
+                # op of the program's layer 2 that reads X again: `a @ W + X @ Wx`)
+                raise GdslError(f"partition = features: op {name(op.result)} ({n}) mixes a product of {x}'s "
+                                f"feature columns (a partial sum on each rank, P3's model-parallel layer 1) with "
+                                f"rows after a sync; the feature split runs only layer 1 on {x}'s column slices, "
+                                f"so {x} (or a value computed from it) cannot be read again after a sync; use rows")
             kind[op.result] = "rows"
             continue
         k = "partial" if "partial" in ins else "cols"
