@@ -370,6 +370,13 @@ def test_unclosed_brace(tmp_path, capsys):
     assert "prog.gd:25:12: note: '{' opened here is never closed" in err
 
 
+def test_inside_brackets_a_newline_is_not_offered(tmp_path, capsys):
+    # newlines inside ( ) and [ ] are skipped, so the expected tokens name none (was: "..., newline, ...")
+    src = edit("gcn.gd", "param W : f32[din, dout] = glorot", "param W : f32[din, dout,] = glorot")
+    err, errors = compile_errors(tmp_path, capsys, src)
+    assert errors[0]["msg"] == "unexpected ']', expected one of '(', '-', '[', name, number", err
+
+
 def test_closed_paren_gets_no_note(tmp_path, capsys):
     # a missing comma inside a multi-line call: the '(' is closed, so no note about it
     src = edit("gcn.gd", "h = dropout(X, p)", "h = dropout(X\n        p)")

@@ -95,6 +95,9 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
     except UnexpectedToken as e:
         expected = sorted({_tok_name(t, parser) for t in e.expected if not t.startswith("__ANON") or t in _TOKEN_NAMES})
         tok = e.token
+        pos = len(source) if tok.type == "$END" else tok.start_pos
+        if any(source[o] in "([" for o in _brackets_at(source, pos)[0]):
+            expected = [x for x in expected if x != "newline"] or expected  # inside ( ) and [ ] newlines are skipped
         if tok.type == "$END":
             lines = source.rstrip("\n").split("\n")
             span = Span(len(lines), len(lines[-1]) + 1, len(lines), len(lines[-1]) + 2, file)
@@ -105,7 +108,6 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
             shown = expected[:5]
             more = ", ..." if len(expected) > 5 else ""
             msg += ", expected " + (shown[0] if len(shown) == 1 else "one of " + ", ".join(shown) + more)
-        pos = len(source) if tok.type == "$END" else tok.start_pos
         raise CompileError([Diagnostic(span, msg, notes=_unclosed_note(source, pos, file))], source) from None
     except UnexpectedCharacters as e:
         ch = source[e.pos_in_stream] if e.pos_in_stream < len(source) else "?"
@@ -147,9 +149,8 @@ def _check_depth(tree, file: str, source: str) -> None:
 _CLOSER = {")": "(", "]": "[", "}": "{"}
 
 
-def _unclosed_note(source: str, pos: int, file: str) -> tuple[Diagnostic, ...]:
-    """A note at the innermost bracket open at `pos` if it is never closed
-    (a missing ')' makes the parser fail lines later, at the next statement)."""
+def _brackets_at(source: str, pos: int) -> tuple[list[int], set[int]]:
+    """The brackets open at `pos` (offsets, innermost last) and those never closed."""
     stack: list[int] = []
     never: set[int] = set()
     at_pos: list[int] | None = None
@@ -170,8 +171,13 @@ def _unclosed_note(source: str, pos: int, file: str) -> tuple[Diagnostic, ...]:
             stack.pop()
         i += 1
     never.update(stack)
-    if at_pos is None:
-        at_pos = stack
+    return (stack if at_pos is None else at_pos), never
+
+
+def _unclosed_note(source: str, pos: int, file: str) -> tuple[Diagnostic, ...]:
+    """A note at the innermost bracket open at `pos` if it is never closed
+    (a missing ')' makes the parser fail lines later, at the next statement)."""
+    at_pos, never = _brackets_at(source, pos)
     if not at_pos or at_pos[-1] not in never:
         return ()
     o = at_pos[-1]
