@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import gdsl
 from gdsl.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -370,11 +371,31 @@ def test_unclosed_brace(tmp_path, capsys):
     assert "prog.gd:25:12: note: '{' opened here is never closed" in err
 
 
-def test_inside_brackets_a_newline_is_not_offered(tmp_path, capsys):
-    # newlines inside ( ) and [ ] are skipped, so the expected tokens name none (was: "..., newline, ...")
-    src = edit("gcn.gd", "param W : f32[din, dout] = glorot", "param W : f32[din, dout,] = glorot")
+def test_the_expected_tokens_are_those_the_parser_takes(tmp_path, capsys):
+    # inside [ ] a newline is skipped and ')' closes nothing: neither is offered
+    # (was: LALR's lookahead set, "expected one of '(', ')', '+', ',', '-', ..." and "..., newline, ...")
+    src = edit("gcn.gd", "param W : f32[din, dout] = glorot", "param W : f32[din dout] = glorot")
     err, errors = compile_errors(tmp_path, capsys, src)
-    assert errors[0]["msg"] == "unexpected ']', expected one of '(', '-', '[', name, number", err
+    assert errors[0]["msg"] == "unexpected 'dout', expected one of '(', '+', ',', '-', '.', ...", err
+    src = edit("gcn.gd", "param W : f32[din, dout] = glorot", "param W : f32[din, dout,,] = glorot")
+    err, errors = compile_errors(tmp_path, capsys, src)
+    assert errors[0]["msg"] == "unexpected ',', expected one of '(', '-', '[', ']', name, ...", err
+
+
+def test_a_bracketed_list_may_end_in_a_comma(tmp_path, capsys):
+    # as in Python: f(a, b,), [16, 8,], L[d,](h,), graph options, layer args
+    src = (PROGRAMS / "gcn.gd").read_text()
+    for old, new in [("(self_loops, symmetric)", "(self_loops, symmetric,)"), ("f32[din, dout]", "f32[din, dout,]"),
+                     ("(h: [din])", "(h: [din],)"), ("[hidden = 16, p = 0.5]", "[hidden = 16, p = 0.5,]"),
+                     ("dropout(X, p)", "dropout(\n        X,\n        p,\n    )"),
+                     ("adam(lr = 0.01, weight_decay = 5e-4)", "adam(lr = 0.01, weight_decay = 5e-4,)")]:
+        assert src.count(old) == 1, old
+        src = src.replace(old, new)
+    (tmp_path / "t.gd").write_text(src)
+    assert gdsl.compile(str(tmp_path / "t.gd")).ir == gdsl.compile(str(PROGRAMS / "gcn.gd")).ir
+    # outside brackets a statement's list does not (mask a, b, and eval = x, y,)
+    err, errors = compile_errors(tmp_path, capsys, edit("gcn.gd", "mask train, val, test", "mask train, val, test,"))
+    assert errors[0]["msg"].startswith("unexpected end of line, expected name"), err
 
 
 def test_closed_paren_gets_no_note(tmp_path, capsys):

@@ -93,11 +93,9 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
         t = e.tok
         raise CompileError([Diagnostic(_tok_span(t, file), f"nesting deeper than {MAX_NESTING} levels")], source) from None
     except UnexpectedToken as e:
-        expected = sorted({_tok_name(t, parser) for t in e.expected if not t.startswith("__ANON") or t in _TOKEN_NAMES})
+        expected = sorted({_tok_name(t, parser) for t in _accepted(e) if not t.startswith("__ANON") or t in _TOKEN_NAMES})
         tok = e.token
         pos = len(source) if tok.type == "$END" else tok.start_pos
-        if any(source[o] in "([" for o in _brackets_at(source, pos)[0]):
-            expected = [x for x in expected if x != "newline"] or expected  # inside ( ) and [ ] newlines are skipped
         if tok.type == "$END":
             lines = source.rstrip("\n").split("\n")
             span = Span(len(lines), len(lines[-1]) + 1, len(lines), len(lines[-1]) + 2, file)
@@ -124,6 +122,17 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
         raise
     except RecursionError:
         raise CompileError([Diagnostic(Span(1, 1, 1, 2, file), "program is nested too deeply")], source) from None
+
+
+def _accepted(e: UnexpectedToken) -> set[str]:
+    """The tokens the parser would take where it failed. LALR's `expected` is the
+    failing state's lookahead set, which after a default reduction holds tokens of
+    merged states (`f32[din d]` offered ')' and, inside brackets, a newline the
+    post-lexer never passes); the interactive parser tries each one instead."""
+    try:
+        return e.interactive_parser.accepts() or e.expected
+    except Exception:  # pragma: no cover - a Lark without accepts(): the state's set
+        return e.expected
 
 
 def _check_depth(tree, file: str, source: str) -> None:
