@@ -203,6 +203,45 @@ def test_pyg_edge_index_must_be_2_by_e():
         gdsl.Graph.from_pyg(from_pyg(x=x, y=y))
     g = gdsl.Graph.from_pyg(from_pyg(x=x, y=y, edge_index=torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])))
     assert g.num_edges == 4
+    with pytest.raises(GdslError, match="expected a torch_geometric.data.Data, got a dict"):   # was: "got none"
+        gdsl.Graph.from_pyg({"x": x, "edge_index": torch.tensor([[0, 1], [1, 2]])})
+
+
+@pytest.mark.parametrize("field", ["features", "src", "labels", "train_mask", "edata", "ndata"])
+@pytest.mark.parametrize("kind", ["meta", "sparse"])
+def test_fields_reassigned_sparse_or_meta_are_refused_at_module(field, kind):
+    """docs/cli.md: module() validates reassigned fields as from_edges does. Was: torch's
+    'Tensor.item() cannot be called on meta tensors' / "aten::ne.Scalar ... SparseCPU",
+    or (a mask) accepted by module() and failing in the loss."""
+    g = small()
+    if field == "edata":
+        g.edata["w"] = torch.ones(4)
+    value = {"features": g.features, "src": g.src, "labels": g.labels, "train_mask": g.train_mask,
+             "edata": torch.ones(4), "ndata": torch.ones(4, 2)}[field]
+    value = value.to("meta") if kind == "meta" else value.to_sparse()
+    if field == "edata":
+        g.edata["w"] = value
+    elif field == "ndata":
+        g.ndata["P"] = value
+    else:
+        setattr(g, field, value)
+    msg = "is on the meta device" if kind == "meta" else "must be a dense tensor, got a torch.sparse_coo one"
+    with pytest.raises(GdslError, match=msg):
+        gdsl.compile(GCN).module(g)
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+@pytest.mark.parametrize("label", [5, -1, -100])
+def test_the_loss_checks_labels_edited_in_place(backend, label):
+    """The module shares the label tensor, which module() checked. Was: torch's IndexError
+    for 5 and -1, and for -100 (cross_entropy's ignore_index) a loss without that vertex."""
+    g = small()
+    m = gdsl.compile(GCN).module(g, backend=backend)
+    m.loss(m())
+    g.labels[0] = label
+    with pytest.raises(GdslError, match=rf"model.loss\(\): label {label} of vertex 0 is not a class id 0..1 "
+                                        r"\(the graph's labels were changed in place"):
+        m.loss(m())
 
 
 def test_pyg_layouts_of_labels_and_splits():
@@ -239,6 +278,9 @@ def test_vertex_ids_are_not_booleans_and_builtin_names_ignore_case():
     ({"num_nodes": -5}, "num_nodes must be an integer >= 0, got -5"),
     ({"num_nodes": 4, "masks": [1]}, "masks must be a dict of name -> tensor, got list"),
     ({"num_nodes": 4, "masks": {3: torch.ones(4, dtype=torch.bool)}}, r"the names in masks must be strings, got \[3\]"),
+    # was: train_mask kept and masks["train"] dropped, silently
+    ({"num_nodes": 4, "masks": {"train": [1, 0, 0, 0]}, "train_mask": [0, 1, 0, 0]},
+     r"the train mask is given twice, as masks\['train'\] and as train_mask"),
 ])
 def test_from_edges_arguments(kw, message):
     with pytest.raises(GdslError, match=message):

@@ -81,6 +81,18 @@ def test_module_runs_inside_torch_compile(backend):
     torch.testing.assert_close(compiled(g.features), lin(m(g.features)).relu())
 
 
+@pytest.mark.parametrize("program", ["gcn.gd", "gat.gd", "extra/appnp.gd", "extra/gcn_schedule.gd"])
+def test_an_eval_forward_compiles_as_one_graph(program):
+    """torch.compile(model, fullgraph=True) on the reference backend in eval mode.
+    Was: 'Skip calling torch.compiler.disable()d function' (the step counter, called
+    in eval too), 'Attempted to wrap sparse Tensor' (the CSR matrix; gcn_schedule's
+    ordered linear), and a `.item()` per forward for APPNP's `1 - alpha`."""
+    m, g = bound("reference", str(ROOT / "programs" / program))
+    torch._dynamo.reset()
+    assert torch._dynamo.explain(m)().graph_break_count == 0
+    torch.testing.assert_close(torch.compile(m, fullgraph=True, backend="eager")(), m())
+
+
 def test_training_steps_under_torch_compile_do_not_recompile():
     """The dropout step counter and mask seed are read eagerly. Was: dynamo
     guarded on the step, so each training step recompiled (until its

@@ -272,6 +272,7 @@ class DistModule(ReferenceModule):
         self._reshape_to = reshape_targets(module)
         self.loss_op = next((op for op in module.main.ops if op.name == "loss"), None)
         self._consts: dict = {}
+        self._scalars: dict = {}   # ReferenceModule._scalar's, filled as the ops run
         self._spmm = {}
         self.local_params: set[str] = set()   # model-parallel params (P3 layer 1): not all-reduced
         self.cols_region: set[Value] = set()

@@ -101,6 +101,8 @@ class Graph:
         all_masks = dict(masks or {})
         for k, v in (("train", train_mask), ("val", val_mask), ("test", test_mask)):
             if v is not None:
+                if k in all_masks:   # (was: {k}_mask kept, masks[k] dropped silently)
+                    raise GdslError(f"{where}: the {k} mask is given twice, as masks['{k}'] and as {k}_mask")
                 all_masks[k] = v
         g = cls(src_t, dst_t, int(num_nodes), feats,
                 None if labels is None else _as_tensor(labels, torch.int64, "labels"),
@@ -128,6 +130,9 @@ class Graph:
         (OGB's) are read as [N]."""
         if hasattr(data, "edge_types") and hasattr(data, "node_types"):
             raise GdslError("pyg data: a HeteroData graph is not supported; convert it with data.to_homogeneous()")
+        if isinstance(data, dict):   # (was: "edge_index must be a [2, E] tensor ..., got none" for a dict holding one)
+            raise GdslError("pyg data: expected a torch_geometric.data.Data, got a dict (build one: "
+                            "torch_geometric.data.Data(**d), or use gdsl.Graph.from_edges)")
         ei = getattr(data, "edge_index", None)
         if ei is None or getattr(ei, "dim", lambda: 0)() != 2 or ei.shape[0] != 2:
             got = "none" if ei is None else f"shape {list(getattr(ei, 'shape', []))}"
@@ -210,6 +215,7 @@ class Graph:
                         "ids": "an integer tensor of vertex ids", "classes": "an integer tensor of class ids"}[kind]
                 got = f"a {t.dtype} tensor" if isinstance(t, torch.Tensor) else type(t).__name__
                 raise GdslError(f"{where}: {what} must be {want}, got {got}")
+            _check_dense(t, what, where)   # a field assigned after from_edges (was: torch's error from the checks)
 
         tensor("src", self.src, "ids")
         tensor("dst", self.dst, "ids")
@@ -291,12 +297,7 @@ _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str = "graph") -> torch.Tensor:
     if isinstance(x, torch.Tensor):
-        if x.layout != torch.strided or x.is_nested:
-            # was: a raw torch error ("Could not run 'aten::ne.Scalar' ... SparseCPU") from the checks
-            raise GdslError(f"{where}: {what} must be a dense tensor, got a {'nested' if x.is_nested else x.layout} "
-                            f"one; convert it with .to_dense()")
-        if x.device.type == "meta":
-            raise GdslError(f"{where}: {what} is on the meta device (no data)")
+        _check_dense(x, what, where)
         t = x.detach().cpu()
     elif ids and isinstance(x, (list, tuple)) and any(isinstance(v, bool) for v in x):
         raise GdslError(f"{what}: expected integer ids, got booleans")
@@ -326,6 +327,16 @@ def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str =
     if dtype == torch.float32 and t.dtype == torch.float64 and t.numel():
         _check_fits_float32(t, what, where)
     return t.to(dtype)
+
+
+def _check_dense(x: torch.Tensor, what: str, where: str) -> None:
+    """A tensor the checks and backends can read: strided, with data."""
+    if x.layout != torch.strided or x.is_nested:
+        # was: a raw torch error ("Could not run 'aten::ne.Scalar' ... SparseCPU") from the checks
+        raise GdslError(f"{where}: {what} must be a dense tensor, got a {'nested' if x.is_nested else x.layout} "
+                        f"one; convert it with .to_dense()")
+    if x.device.type == "meta":
+        raise GdslError(f"{where}: {what} is on the meta device (no data)")
 
 
 def _check_fits_float32(t: torch.Tensor, what: str, where: str) -> None:

@@ -331,7 +331,9 @@ class NumbaModule(ReferenceModule):
         if hit is None or hit[0] is not mask or hit[1] != mask._version:
             hit = self._mask_rows = (mask, mask._version, mask.nonzero().squeeze(1))
         rows = hit[2]
-        target = self.loss_target().index_select(0, rows)
+        target = self.loss_target()
+        self.check_class_ids(target, out)
+        target = target.index_select(0, rows)
         out = out.index_select(0, rows)
         fn = torch.nn.functional.cross_entropy if op.attrs["fn"] == "cross_entropy" else torch.nn.functional.nll_loss
         return fn(out, target)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gdsl.backends import capturing, eager_under_torch_compile, exporting
+from gdsl.backends import capturing, compiling, eager_under_torch_compile, exporting
 from gdsl.backends.reference.graphdata import GraphData
 from gdsl.backends.reference.linear import plan_linear, run_linear, sparse_mm
 from gdsl.diagnostics import GdslError
@@ -193,6 +193,8 @@ class ReferenceModule(nn.Module):
         self._feature_shape = tuple(int(d) for d in feat.result.type.shape) if feat else ()
         self._reshape_to = reshape_targets(module)
         self.loss_op = next((op for op in module.main.ops if op.name == "loss"), None)
+        self._scalars: dict[Op, float] = {}
+        self._plain_ops(None, (), scalars_only=True)   # fill them now (see _scalar)
 
     def _make_consts(self, dtype: torch.dtype) -> dict[Op, torch.Tensor]:
         """The folded graph constants (edge weights, degrees), computed from the
@@ -381,6 +383,8 @@ class ReferenceModule(nn.Module):
     def forward(self, x: torch.Tensor | None = None, *extra) -> torch.Tensor:
         if capturing():
             return self.plain_forward(x, *extra)
+        if compiling():   # dynamo takes no sparse CSR matrix (nor OrderedLinear's): the plain form, traced whole
+            return self._plain_ops(x, extra)
         self.begin_forward(extra)
         env: dict[Value, object] = {}
         for op in self.ir.main.ops:
@@ -417,13 +421,29 @@ class ReferenceModule(nn.Module):
                 return self._plain_ops(x, extra)
         return self._plain_ops(x, extra)   # (no catch_warnings: strict torch.export cannot trace it)
 
-    def _plain_ops(self, x, extra: tuple) -> torch.Tensor:
-        self.begin_forward(extra)
+    def _plain_ops(self, x, extra: tuple, scalars_only: bool = False) -> torch.Tensor | None:
+        """The ops by `run_op` in order; `scalars_only`: only those whose operands are
+        python numbers (constants), for `_scalar`, with no forward's bookkeeping."""
+        if not scalars_only:
+            self.begin_forward(extra)
         env: dict[Value, object] = {}
         for op in self.ir.main.ops:
+            if scalars_only and (op.name not in _UNARY and op.name not in _BINARY and op.name != "const"
+                                 or not all(isinstance(env.get(v), float) for v in op.operands)):
+                continue
             if op.name != "loss":
                 env[op.result] = ReferenceModule.run_op(self, op, [env[v] for v in op.operands], x)
-        return env[self.ir.main.results[0]]
+        return None if scalars_only else env[self.ir.main.results[0]]
+
+    def _scalar(self, op: Op, vals: list) -> float:
+        """An op of python numbers (`1 - alpha`): computed once, in float32 as a
+        tensor op would (the value is fixed for the module). torch.compile then
+        reads a constant (was: a graph break at the `.item()` of every forward)."""
+        hit = self._scalars.get(op)
+        if hit is None:
+            fn = _UNARY.get(op.name) or _BINARY[op.name]
+            hit = self._scalars[op] = float(fn(*(torch.tensor(v) for v in vals)))
+        return hit
 
     def check_loss_output(self, out) -> None:
         """`out` has the model output's shape, one row per vertex: else a GdslError, not
@@ -468,11 +488,26 @@ class ReferenceModule(nn.Module):
             raise GdslError(f"model.loss(): the graph bound to the module has no labels for input '{op.attrs['name']}'")
         return target
 
+    def check_class_ids(self, target: torch.Tensor, out: torch.Tensor) -> None:
+        """module() checked the labels; they may have been edited in place since
+        (the module shares the tensor). An id out of [0, C) was torch's IndexError,
+        and -100, cross_entropy's ignore_index, dropped the vertex silently."""
+        if self.loss_op.attrs["fn"] not in ("cross_entropy", "nll") or target.is_floating_point() or not target.numel():
+            return
+        c = out.shape[-1]
+        lo, hi = int(target.min()), int(target.max())
+        if lo < 0 or hi >= c:
+            bad = lo if lo < 0 else hi
+            at = int((target == bad).nonzero()[0])
+            raise GdslError(f"model.loss(): label {bad} of vertex {at} is not a class id 0..{c - 1} (the graph's "
+                            "labels were changed in place after module() checked them)")
+
     def loss(self, out: torch.Tensor) -> torch.Tensor:
         """The train block's loss of model output `out`."""
         op = self.loss_op
         self.check_loss_output(out)
         target = self.loss_target()
+        self.check_class_ids(target, out)
         mask = self.loss_mask()
         if mask is not None:
             out, target = out[mask], target[mask]
@@ -501,13 +536,13 @@ class ReferenceModule(nn.Module):
         if n in ("vertex_const", "edge_const", "degree"):
             return self._consts[op]
         if n in _UNARY:
-            return _UNARY[n](vals[0]) if isinstance(vals[0], torch.Tensor) else float(_UNARY[n](torch.tensor(vals[0])))
+            return _UNARY[n](vals[0]) if isinstance(vals[0], torch.Tensor) else self._scalar(op, vals)
         if n == "leaky_relu":
             return F.leaky_relu(vals[0], op.attrs["slope"])
         if n in _BINARY:
+            if not isinstance(vals[0], torch.Tensor) and not isinstance(vals[1], torch.Tensor):
+                return self._scalar(op, vals)
             a, b = _binary_operands(op, vals)
-            if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
-                return float(_BINARY[n](torch.tensor(a), torch.tensor(b)))
             if n in ("max", "min"):
                 a = a if isinstance(a, torch.Tensor) else torch.tensor(a, dtype=b.dtype)
                 b = b if isinstance(b, torch.Tensor) else torch.tensor(b, dtype=a.dtype)
@@ -574,7 +609,8 @@ class ReferenceModule(nn.Module):
                 for hook in list(holder._forward_pre_hooks.values()):
                     hook(holder, ())   # was: never run, so a pruned weight was never recomputed
         self._follow_params()
-        self.count_step()
+        if self.training:   # (an eval forward calls nothing eager: torch.compile(fullgraph=True) takes it whole)
+            self.count_step()
 
     def _follow_params(self) -> None:
         """`load_state_dict(sd, assign=True)` can bring params of the other float
