@@ -105,6 +105,8 @@ CASES = [
      "14:25", "apply cannot read edge tensor 'm'"),
     ("gather-of-vertex-tensor", "gcn.gd", "gather    a = sum(m)", "gather    a = sum(h)",
      "11:23", "gather reduces edge tensors; 'h' is a vertex tensor (write scatter m = src.h first)"),
+    ("gather-of-a-vertex-tensor-named-m", "gcn.gd", "scatter   m = src.h * rsqrt(src.degree * dst.degree)",
+     "apply     m = h", "11:23", "gather reduces edge tensors; 'm' is a vertex tensor (write scatter m_e = src.m first)"),
     ("gather-of-expression", "gcn.gd", "gather    a = sum(m)", "gather    a = sum(m * 2)",
      "11:19", "gather reduces one edge tensor by name"),
     ("gather-bad-reducer", "gcn.gd", "gather    a = sum(m)", "gather    a = prod(m)",
@@ -189,6 +191,9 @@ CASES = [
      "21:12", "repeat count must be a static value"),
     ("return-inside-repeat", "sage.gd", "h = dropout(relu(SAGEConv[hidden](h)), p)", "return h",
      "22:9", "return inside repeat"),
+    # the model's only return is in the repeat: that is the error (was also "model 'SAGE' has no return statement")
+    ("only-return-inside-repeat", "sage.gd", "    }\n    return SAGEConv[C](h)\n", "        return SAGEConv[C](h)\n    }\n",
+     "23:9", "return inside repeat"),
     ("statement-after-return-in-layer", "gcn.gd", "    return out\n", "    return out\n    apply z = out\n",
      "16:5", "statement after return"),
     ("statement-after-return-in-model", "gcn.gd", "    return GCNConv[C](h)\n", "    return GCNConv[C](h)\n    h = X\n",
@@ -210,6 +215,10 @@ CASES = [
      "8:32", "init 'normal' takes 1 argument"),
     ("init-unexpected-arg", "gcn.gd", "= zeros", "= zeros(1)",
      "9:27", "init 'zeros' takes 0 arguments"),
+    ("init-keyword-of-another-init", "gcn.gd", "= glorot", "= normal(a = 0.1)",
+     "8:39", "normal takes one argument: normal(0.1) or normal(std = 0.1)"),
+    ("init-keyword-and-positional", "gcn.gd", "= glorot", "= uniform(0.1, a = 0.1)",
+     "8:45", "uniform takes one argument: uniform(0.1) or uniform(a = 0.1)"),
     # ---- train block
     ("unknown-model", "gcn.gd", "model     = GCN[hidden = 16]", "model     = GNC[hidden = 16]",
      "26:17", "unknown model 'GNC'"),
@@ -396,6 +405,16 @@ def test_a_bracketed_list_may_end_in_a_comma(tmp_path, capsys):
     # outside brackets a statement's list does not (mask a, b, and eval = x, y,)
     err, errors = compile_errors(tmp_path, capsys, edit("gcn.gd", "mask train, val, test", "mask train, val, test,"))
     assert errors[0]["msg"].startswith("unexpected end of line, expected name"), err
+
+
+def test_an_init_argument_may_be_named_as_in_torch_nn_init():
+    """normal(std = 0.1) and uniform(a = 0.1) (torch.nn.init's names) lower as
+    normal(0.1) and uniform(0.1) (was: refused, 'normal takes a positional argument')."""
+    src = (PROGRAMS / "gcn.gd").read_text()
+    for named, plain in (("normal(std = 0.05)", "normal(0.05)"), ("uniform(a = 0.1)", "uniform(0.1)")):
+        got = gdsl.compile(src.replace("= glorot", "= " + named, 1))
+        want = gdsl.compile(src.replace("= glorot", "= " + plain, 1))
+        assert f"init={plain}" in str(got.ir) and str(got.ir) == str(want.ir)
 
 
 def test_closed_paren_gets_no_note(tmp_path, capsys):

@@ -37,8 +37,19 @@ UNARY_FNS = ("relu", "elu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "a
 BUILTIN_FNS = UNARY_FNS + ("leaky_relu", "max", "min", "dot", "sum", "mean", "softmax", "log_softmax", "concat",
                            "reshape", "dropout", "edge_softmax", "flatten")
 INITS = {"glorot": 0, "zeros": 0, "ones": 0, "normal": 1, "uniform": 1}
+INIT_KEYWORDS = {"normal": "std", "uniform": "a"}   # the one argument's name
 MAX_UNROLL = 1000
 MAX_DIM = 2 ** 40   # larger than any tensor axis: a typo, caught here, not as an overflow in torch
+
+
+def _fresh(name: str, taken: str) -> str:
+    """`name`, or `name` with a suffix when it is `taken` (a suggestion must not rebind the name it reads)."""
+    return name if name != taken else name + "_e"
+
+
+def _returns_in_repeat(stmts) -> bool:
+    """A return somewhere in `stmts`, nested repeats included."""
+    return any(isinstance(s, ast.Return) or (isinstance(s, ast.Repeat) and _returns_in_repeat(s.body)) for s in stmts)
 
 
 class _Bail(Exception):
@@ -439,7 +450,8 @@ class Lowerer:
                     pv = Value(Type("vertex"), target)
                     self.poison.add(pv)
                     sc.env[target] = Binding(pv, kind="poison")
-        if result is None and not any(isinstance(s, ast.Return) for s in stmts):
+        if result is None and not any(isinstance(s, ast.Return) for s in stmts) and not _returns_in_repeat(stmts):
+            # (a return only inside a repeat is reported there, 'return inside repeat', the root cause)
             kind = "layer" if is_layer else "model"
             self.diags.error(where.span, f"{kind} '{where.name}' has no return statement")
         return result
@@ -499,9 +511,14 @@ class Lowerer:
                 init = e.id
             elif isinstance(e, ast.Call) and isinstance(e.func, ast.Name):
                 init = e.func.id
-                if e.kwargs:
-                    self.error(e.kwargs[0].span, f"{init} takes a positional argument")
-                init_args = [self.static_float(a, sc.env, f"{init}'s argument") for a in e.args]
+                given = list(e.args)
+                for k in e.kwargs:   # normal(std = 0.1), uniform(a = 0.1): torch.nn.init's keyword names
+                    if init in INITS and (k.name != INIT_KEYWORDS.get(init) or given):
+                        want = INIT_KEYWORDS.get(init)
+                        self.error(k.span, f"{init} takes " + (f"one argument: {init}(0.1) or {init}({want} = 0.1)"
+                                                               if want else "no arguments"))
+                    given.append(k.value)
+                init_args = [self.static_float(a, sc.env, f"{init}'s argument") for a in given]
             else:
                 self.error(e.span, "an init is a name like glorot or a call like normal(0.1)")
             if init not in INITS:
@@ -510,7 +527,7 @@ class Lowerer:
                 self.error(e.span, f"init '{init}' takes {INITS[init]} argument{'s' if INITS[init] != 1 else ''}")
             if init_args and init_args[0] < 0:   # normal(std), uniform(a): U(-a, a)
                 what = "std" if init == "normal" else "bound a of U(-a, a)"
-                self.error(e.args[0].span, f"{init}'s {what} must be >= 0, got {init_args[0]:g}")
+                self.error(given[0].span, f"{init}'s {what} must be >= 0, got {init_args[0]:g}")
         prior = sc.env.get(s.name)
         if prior is not None and prior.kind == "param":
             self.error(s.span, f"param '{s.name}' is declared twice")
@@ -592,7 +609,7 @@ class Lowerer:
         b = self.lookup(arg, sc, allow_vertex=True)
         if b.type.domain != "edge":
             self.error(arg.span, f"gather reduces edge tensors; '{arg.id}' is a {b.type.domain} tensor"
-                       + (f" (write scatter m = src.{arg.id} first)" if b.type.domain == "vertex" else ""))
+                       + (f" (write scatter {_fresh('m', arg.id)} = src.{arg.id} first)" if b.type.domain == "vertex" else ""))
         return self.emit(sc, "gather", [b], {"reduce": r, "to": to}, e.span)
 
     def sync(self, e: ast.Expr, sc: _Scope) -> Value:
