@@ -109,6 +109,10 @@ def test_a_float_dimension_says_it_is_a_float(tmp_path, capsys):
     assert (f"{gcn}:20:14: error: GCNConv's static argument 'dout' is used as a dimension and must be a positive "
             "integer, got 16.0 (a float; write 16)") in err
     assert f"{gcn}:8:24: note: 'dout' used as a dimension" in err
+    # a computed value: 'write 16' would not be the fix (was: 'got 32.0 (a float; write 32)' for hidden * 2)
+    rc, _, err = run(capsys, "compile", str(prog(tmp_path, "gcn.gd", ("GCNConv[hidden](h)", "GCNConv[hidden * 2](h)"))),
+                     "--set", "hidden=16.0")
+    assert rc == 1 and "must be a positive integer, got 32.0 (the value of hidden * 2, a float)" in err, err
     # a layer no model calls is checked with its defaults: reported where the dim is
     src = gcn.read_text().replace("layer GCNConv[dout]", "layer Unused[dout = 2.5](h: [din]) -> [dout] {\n"
                                   "    param W : f32[din, dout] = glorot\n    transform t = h @ W\n    return t\n}\n"

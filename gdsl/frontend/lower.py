@@ -100,7 +100,7 @@ class Lowerer:
         self.call_count: dict[str, int] = {}
         self.called_layers: set[str] = set()
         # (layer, call span, its static arg names) of the layer calls being lowered
-        self.call_sites: list[tuple[str, Span, dict]] = []
+        self.call_sites: list[tuple[str, Span, dict, dict]] = []   # (layer, call span, static values, their exprs)
         self.cur_stage = "model"
         self.unrolled = 0   # repeat iterations unrolled so far (capped at MAX_UNROLL in all)
         # Feature shapes in terms of a layer's own static args and dims
@@ -114,7 +114,7 @@ class Lowerer:
         if self.call_sites:
             # an error in a layer body: which call gave the values it failed with (was:
             # only the body's line, for a layer that one call of several fails)
-            name, where, statics = self.call_sites[-1]
+            name, where, statics, _ = self.call_sites[-1]
             args = ", ".join(f"{k} = {_fmt(v)}" for k, v in statics.items())
             notes = (self.diags.note(where, f"in this call of {name}" + (f" ({args})" if args else "")),)
         self.diags.error(span, msg, notes, needs_data=needs_data)
@@ -233,7 +233,7 @@ class Lowerer:
         out = []
         for d in dims:
             v = self.static(d, env, symbolic=symbolic)
-            problem = None
+            problem, hint = None, ""
             if v.is_number and (not v.is_Integer or v <= 0):
                 whole = v.is_finite and float(v).is_integer()   # 16.0: a float with a whole value
                 hint = f" (a float; write {int(v)})" if whole and v > 0 else ""
@@ -243,6 +243,12 @@ class Lowerer:
             if problem:
                 site = self.call_sites[-1] if self.call_sites else None
                 if site is not None and isinstance(d, ast.Name) and d.id in site[2]:
+                    given = site[3].get(d.id)
+                    if hint and given is not None and not isinstance(given, (ast.Number, ast.Name)):
+                        # computed (Lin[hidden * 2] with hidden = 2.5): 'write 5' would not be the fix
+                        text = ast.format_expr(given)
+                        text = text[1:-1] if isinstance(given, ast.BinOp) else text   # format_expr's outer ( )
+                        problem = f"must be a positive integer, got {_fmt(v)} (the value of {text}, a float)"
                     # a static argument of the call being lowered: reported once, at the call
                     self.diags.error(site[1], f"{site[0]}'s static argument '{d.id}' is used as a dimension and "
                                      f"{problem}", (self.diags.note(d.span, f"'{d.id}' used as a dimension"),))
@@ -827,7 +833,8 @@ class Lowerer:
         self.called_layers.add(name)  # a call that failed before here leaves the layer to check_uncalled
         func = self.instances.get(key)
         if func is None:
-            self.call_sites.append((name, e.span, dict(statics)))
+            exprs = {**{p.name: a for p, a in zip(layer.static, args)}, **{k.name: k.value for k in kwargs}}
+            self.call_sites.append((name, e.span, dict(statics), exprs))
             try:
                 func = self.lower_layer(layer, statics, env, [v.type for v in values])
             finally:
