@@ -41,7 +41,9 @@ def unused_params(module: Module) -> list[Diagnostic]:
         for op in fn.ops:
             if op.name == "param" and op.result not in live and op.span not in out:
                 layer = fn.attrs.get("layer", fn.name)
-                out[op.span] = Diagnostic(op.span, f"param '{op.attrs.get('name')}' of layer {layer} is never used: "
+                read = any(op.result in o.operands for o in fn.ops)   # read, but only by dead statements
+                how = "feeds nothing the layer returns" if read else "is never used"
+                out[op.span] = Diagnostic(op.span, f"param '{op.attrs.get('name')}' of layer {layer} {how}: "
                                                    f"it is not a parameter of the model and is not trained", "warning")
     return sorted(out.values(), key=Diagnostic.sort_key)
 

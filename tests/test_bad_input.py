@@ -109,6 +109,17 @@ def test_a_float_dimension_says_it_is_a_float(tmp_path, capsys):
     assert (f"{gcn}:20:14: error: GCNConv's static argument 'dout' is used as a dimension and must be a positive "
             "integer, got 16.0 (a float; write 16)") in err
     assert f"{gcn}:8:24: note: 'dout' used as a dimension" in err
+    # the value came from the train block or --set: a note points at the line to change
+    bad = prog(tmp_path, "gcn.gd", ("model     = GCN[hidden = 16]", "model     = GCN[hidden = 0]"), name="zero.gd")
+    rc, _, err = run(capsys, "compile", str(bad))
+    assert rc == 1 and err.count("error:") == 1 and f"{bad}:26:21: note: hidden = 0 is given here" in err, err
+    rc, _, err = run(capsys, "compile", str(gcn), "--set", "hidden=-3")
+    assert rc == 1 and f"{gcn}:18:11: note: hidden = -3 comes from the command line (--set hidden=...)" in err, err
+    # a tensor where a static value is needed (was: "undefined name 'X'")
+    bad = prog(tmp_path, "gcn.gd", ("model     = GCN[hidden = 16]", "model     = GCN[hidden = X]"), name="x.gd")
+    rc, _, err = run(capsys, "compile", str(bad))
+    assert rc == 1 and f"{bad}:26:30: error: 'X' is an input tensor; a static value (number or dimension) is needed" \
+        in err, err
     # a computed value: 'write 16' would not be the fix (was: 'got 32.0 (a float; write 32)' for hidden * 2)
     rc, _, err = run(capsys, "compile", str(prog(tmp_path, "gcn.gd", ("GCNConv[hidden](h)", "GCNConv[hidden * 2](h)"))),
                      "--set", "hidden=16.0")

@@ -103,6 +103,8 @@ CASES = [
      "12:19", "transform cannot read edge tensor 'm'; gather it first"),
     ("apply-reads-edge-tensor", "gcn.gd", "apply     out = s + b", "apply     out = s + m",
      "14:25", "apply cannot read edge tensor 'm'"),
+    ("endpoint-of-an-undefined-name", "gcn.gd", "src.degree * dst.degree", "src.outdegree * dst.degree",
+     "10:33", "undefined name 'outdegree' in src.outdegree (src. reads a vertex tensor of the layer, or src.degree)"),
     ("gather-of-vertex-tensor", "gcn.gd", "gather    a = sum(m)", "gather    a = sum(h)",
      "11:23", "gather reduces edge tensors; 'h' is a vertex tensor (write scatter m = src.h first)"),
     ("gather-of-a-vertex-tensor-named-m", "gcn.gd", "scatter   m = src.h * rsqrt(src.degree * dst.degree)",
@@ -415,6 +417,18 @@ def test_an_init_argument_may_be_named_as_in_torch_nn_init():
         got = gdsl.compile(src.replace("= glorot", "= " + named, 1))
         want = gdsl.compile(src.replace("= glorot", "= " + plain, 1))
         assert f"init={plain}" in str(got.ir) and str(got.ir) == str(want.ir)
+
+
+def test_a_mismatch_of_a_layers_own_symbols_does_not_wait_for_data(tmp_path, capsys):
+    """An uncalled layer is checked with its own symbols (din, k): a mismatch
+    between them is not marked (needs data), which --data could not resolve
+    (was: '(needs data)' and a note promising a check against the data)."""
+    src = edit("gcn.gd", "model GCN", "layer Bad[dout, k](h: [din]) -> [dout] {\n    param W : f32[k, dout] = glorot\n"
+               "    transform t = h @ W\n    return t\n}\n\nmodel GCN")
+    for extra in ((), ("--data", "cora")):
+        err, errors = compile_errors(tmp_path, capsys, src, *extra)
+        assert len(errors) == 1 and "left side has din features but the param has k rows" in errors[0]["msg"], err
+        assert "needs data" not in err, err
 
 
 def test_closed_paren_gets_no_note(tmp_path, capsys):

@@ -100,7 +100,8 @@ class Lowerer:
         self.call_count: dict[str, int] = {}
         self.called_layers: set[str] = set()
         # (layer, call span, its static arg names) of the layer calls being lowered
-        self.call_sites: list[tuple[str, Span, dict, dict]] = []   # (layer, call span, static values, their exprs)
+        self.call_sites: list[tuple[str, Span, dict, dict]] = []
+        self.model_sources: dict[str, Any] = {}   # model static arg -> a note: where its value was given   # (layer, call span, static values, their exprs)
         self.cur_stage = "model"
         self.unrolled = 0   # repeat iterations unrolled so far (capped at MAX_UNROLL in all)
         # Feature shapes in terms of a layer's own static args and dims
@@ -133,8 +134,11 @@ class Lowerer:
             t = infer(name, [v.type for v in operands], attrs)
         except ShapeError as e:
             decl = operands[1].owner if name == "matmul" and operands[1].owner is not None else None
+            # (needs data) only where a size the data binds is involved: a layer's own symbols (an uncalled
+            # layer is checked with din, k, ...) are never bound by --data
+            data = self._global_dim_names()
             unbound = not isinstance(e, StructuralError) and (
-                any(_symbolic(v.type.shape) for v in operands) or _symbolic(attrs.get("shape", ())))
+                any(_symbolic(v.type.shape, data) for v in operands) or _symbolic(attrs.get("shape", ()), data))
             if decl is not None and decl.name == "param":
                 self.diags.error(span, str(e), (self.diags.note(decl.span, f"{decl.attrs['name']} declared here"),),
                                  needs_data=unbound)
@@ -191,6 +195,9 @@ class Lowerer:
                     self.error(e.span, f"'{n}' is a tensor; a static value (number or dimension) is needed here")
                 if n in self.prog.layers or n in self.prog.models:
                     self.error(e.span, f"'{n}' is a {'layer' if n in self.prog.layers else 'model'}, not a number")
+                if n in self.prog.inputs or n in self.prog.masks:   # e.g. GCN[hidden = X] in the train block
+                    what_is = "an input tensor" if n in self.prog.inputs else "a mask"
+                    self.error(e.span, f"'{n}' is {what_is}; a static value (number or dimension) is needed here")
                 if n == "E":
                     self.error(e.span, "E (the edge count) is not a static value: it changes with the graph options")
                 return self.global_dim(n) if n in self._global_dim_names() else self.error(e.span, f"undefined name '{n}'")
@@ -249,9 +256,13 @@ class Lowerer:
                         text = ast.format_expr(given)
                         text = text[1:-1] if isinstance(given, ast.BinOp) else text   # format_expr's outer ( )
                         problem = f"must be a positive integer, got {_fmt(v)} (the value of {text}, a float)"
-                    # a static argument of the call being lowered: reported once, at the call
+                    # a static argument of the call being lowered: reported once, at the call, with where a
+                    # model argument it reads was set (the train block, --set): the line to change
+                    notes = [self.diags.note(d.span, f"'{d.id}' used as a dimension")]
+                    notes += [self.model_sources[n.id] for n in _names_in(given) if n.id in self.model_sources] \
+                        if given is not None and len(self.call_sites) == 1 else []
                     self.diags.error(site[1], f"{site[0]}'s static argument '{d.id}' is used as a dimension and "
-                                     f"{problem}", (self.diags.note(d.span, f"'{d.id}' used as a dimension"),))
+                                     f"{problem}", tuple(notes))
                     raise _Bail()
                 self.error(d.span, f"dimension {problem}")
             out.append(sympy.Integer(int(v)) if v.is_number else v)
@@ -285,6 +296,7 @@ class Lowerer:
             statics = self.bind_static(model.name, model.static, args, kwargs, {}, model.span, self.overrides)
         except _Bail:
             return None
+        self.model_sources = self.model_value_notes(model, args, kwargs, statics)
         inputs = dict(env)
         for k, v in statics.items():
             env[k] = Binding(static=v, kind="static")
@@ -311,6 +323,21 @@ class Lowerer:
         if self.prog.order_hints:
             m.attrs["order_hints"] = {f"{h.layer}#{h.occurrence}": h.spec for h in self.prog.order_hints}
         return m
+
+    def model_value_notes(self, model, args: list[ast.Expr], kwargs: list[ast.Kwarg], statics: dict) -> dict:
+        """For each model static argument set outside the model (the train block's `model = M[...]`, or
+        --set), a note saying where: an error at a use inside the model points there too."""
+        notes = {}
+        for p, a in zip(model.static, args):
+            notes[p.name] = self.diags.note(a.span, f"{p.name} = {_fmt(statics[p.name])} is given here")
+        for k in kwargs:
+            if k.name in statics:
+                notes[k.name] = self.diags.note(k.span, f"{k.name} = {_fmt(statics[k.name])} is given here")
+        for p in model.static:
+            if p.name in self.overrides:
+                notes[p.name] = self.diags.note(p.span, f"{p.name} = {_fmt(statics[p.name])} comes from the "
+                                                        f"command line (--set {p.name}=...)")
+        return notes
 
     def input_value(self, sc: _Scope, d: ast.InputDecl) -> Value:
         if d.type.dtype == "label":
@@ -493,7 +520,8 @@ class Lowerer:
                 for _ in range(n):
                     for inner in s.body:
                         if self.stmt(inner, sc, is_layer) is not None:
-                            self.error(inner.span, "return inside repeat")
+                            self.error(inner.span, "return inside repeat (a repeat's body cannot return; "
+                                                   "return after the repeat)")
             case ast.ParamStmt():
                 self.error(s.span, "params are declared in layers, not models")
             case ast.StageStmt():
@@ -713,6 +741,9 @@ class Lowerer:
             if b is None or b.kind != "arg":  # a tensor named degree shadows the builtin
                 deg = self.emit(sc, "degree", [], {}, e.span, "degree")
                 return self.emit(sc, side, [deg], {}, e.span)
+        if not any(e.attr in names for names in (sc.env, self.prog.inputs, self.prog.masks, self.prog.layers)):
+            self.error(e.span, f"undefined name '{e.attr}' in {side}.{e.attr} ({side}. reads a vertex tensor "
+                               f"of the layer, or {side}.degree)")
         v = self.lookup(ast.Name(e.attr, span=e.span), sc, allow_vertex=True)
         if v.type.domain != "vertex":
             self.error(e.span, f"{side}.{e.attr} needs a vertex tensor; '{e.attr}' is "
@@ -983,9 +1014,11 @@ def _num(v):
     return v
 
 
-def _symbolic(shape) -> bool:
-    """Whether a shape has a dim that is still a symbol (bound by data)."""
-    return any(isinstance(d, sympy.Basic) and not d.is_number for d in (shape or ()))
+def _symbolic(shape, names: set[str] | None = None) -> bool:
+    """Whether a shape has a dim that is still a symbol (bound by data); with
+    `names`, a symbol of those names (the data's dims) must be in it."""
+    return any(isinstance(d, sympy.Basic) and not d.is_number
+               and (names is None or any(str(x) in names for x in d.free_symbols)) for d in (shape or ()))
 
 
 def lower(prog: CheckedProgram, dims: dict[str, int] | None = None, overrides: dict | None = None) -> tuple[Module | None, DiagnosticBag]:
