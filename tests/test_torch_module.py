@@ -587,3 +587,27 @@ def test_second_derivatives_through_torch_func(backend):
     torch.testing.assert_close(penalty, want)
     hw = torch.stack([torch.autograd.grad(gw.reshape(-1)[i], w, retain_graph=True)[0] for i in range(w.numel())])
     torch.testing.assert_close(h.reshape(w.numel(), -1), hw.reshape(w.numel(), -1))
+
+
+@pytest.mark.parametrize("program", ["gcn.gd", "gat.gd", "extra/gatv2.gd", "extra/pna_lite.gd",
+                                     "extra/appnp.gd", "extra/sage_max.gd"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_forward_runs_no_sympy(program, backend, monkeypatch):
+    """The broadcast modes are decided at bind. Was: every forward re-derived the
+    `same` / `scalar` ones from the IR's sympy shapes, which torch.compile traced
+    (dynamo warned of sympy's lru_cache'd code)."""
+    import sympy
+
+    import gdsl.backends.reference.executor as ex
+    torch.manual_seed(0)
+    m = gdsl.compile(str(ROOT / "programs" / program)).module(random_graph(n=20, e=60, f=5, c=3), backend=backend)
+    m.train()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("sympy in the forward")
+    monkeypatch.setattr(sympy, "sympify", refuse)
+    monkeypatch.setattr(ex, "broadcast_mode", refuse)
+    m().sum().backward()
+    m.eval()
+    with torch.no_grad():
+        m()

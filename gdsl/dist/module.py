@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gdsl.backends.reference.executor import ReferenceModule, reshape_targets, scatter_extremum
+from gdsl.backends.reference.executor import ReferenceModule, broadcast_modes, reshape_targets, scatter_extremum
 from gdsl.backends.reference.graphdata import GraphData
 from gdsl.backends.reference.linear import plan_linear, run_linear
 from gdsl.diagnostics import GdslError
@@ -270,6 +270,7 @@ class DistModule(ReferenceModule):
         self.to(dev)
         self.feature_input = feature_input(module)
         self._reshape_to = reshape_targets(module)
+        self._modes = broadcast_modes(module)
         self.loss_op = next((op for op in module.main.ops if op.name == "loss"), None)
         self._consts: dict = {}
         self._scalars: dict = {}   # ReferenceModule._scalar's, filled as the ops run

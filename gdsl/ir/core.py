@@ -22,7 +22,9 @@ Dim = sympy.Expr
 
 
 def dim(x) -> Dim:
-    return sympy.sympify(x)
+    # already an expression: kept as it is (sympify's cache is not free, and an
+    # executor may rebuild a Type inside a forward that torch.compile traces)
+    return x if isinstance(x, sympy.Basic) else sympy.sympify(x)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from gdsl.backends.reference.linear import plan_linear, run_linear, sparse_mm
 from gdsl.diagnostics import GdslError
 from gdsl.graph.graph import Graph
 from gdsl.ir.core import Module, Op, Type, Value
-from gdsl.ir.ops import broadcast_mode
+from gdsl.ir.ops import ShapeError, broadcast_mode
 
 _UNARY = {
     "relu": torch.relu, "elu": F.elu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "exp": torch.exp,
@@ -68,9 +68,9 @@ def _align(x, t: Type, target_rank: int, lead: bool, row_axis: bool = True):
     return x.reshape(rows + new)
 
 
-def _binary_operands(op: Op, vals: list):
+def _binary_operands(op: Op, vals: list, mode: str | None):
     # `scalar` pads trailing axes too: [N] against [N, F]
-    return _align_pair(vals[0], op.operands[0].type, vals[1], op.operands[1].type, op.attrs.get("broadcast"))
+    return _align_pair(vals[0], op.operands[0].type, vals[1], op.operands[1].type, mode)
 
 
 def _align_pair(xa, ta: Type, xb, tb: Type, mode: str | None):
@@ -103,6 +103,34 @@ def scatter_extremum(m: torch.Tensor, idx: torch.Tensor, rows: int, reduce: str,
         has = torch.zeros(rows, dtype=torch.bool, device=m.device).index_put(
             (idx,), torch.ones((), dtype=torch.bool, device=m.device))
         out = torch.where(has.reshape((-1,) + (1,) * (m.dim() - 1)), out, out.new_full((), empty))
+    return out
+
+
+def _mode_shapes(op: Op) -> tuple[tuple, tuple] | None:
+    """The two feature shapes whose broadcast mode an op's execution uses, if any."""
+    if len(op.operands) < 2:
+        return None
+    a, b = op.operands[0].type.shape, op.operands[1].type.shape
+    if op.name in _BINARY or op.name == "aggregate":
+        return a, b
+    if op.name == "dot" or (op.name == "sddmm" and op.attrs["op"] == "dot"):
+        return a[:-1], b[:-1]
+    return (a, b) if op.name == "sddmm" else None
+
+
+def broadcast_modes(module: Module) -> dict[Op, str]:
+    """Each op's broadcast mode (see ir.ops.broadcast_mode), decided once at bind:
+    the lowering records `lead` / `trail` as an attribute and leaves `same` /
+    `scalar` to the shapes. The forward then runs no sympy (under torch.compile,
+    dynamo traced sympy's cached comparisons and warned about them)."""
+    out = {}
+    for op in module.main.ops:
+        shapes = _mode_shapes(op)
+        if shapes is not None:
+            try:
+                out[op] = op.attrs.get("broadcast") or broadcast_mode(*shapes)
+            except ShapeError:   # not one the forward aligns (verified programs have none)
+                pass
     return out
 
 
@@ -192,6 +220,7 @@ class ReferenceModule(nn.Module):
         # under strict torch.export
         self._feature_shape = tuple(int(d) for d in feat.result.type.shape) if feat else ()
         self._reshape_to = reshape_targets(module)
+        self._modes = broadcast_modes(module)
         self.loss_op = next((op for op in module.main.ops if op.name == "loss"), None)
         self._scalars: dict[Op, float] = {}
         self._plain_ops(None, (), scalars_only=True)   # fill them now (see _scalar)
@@ -435,6 +464,11 @@ class ReferenceModule(nn.Module):
                 env[op.result] = ReferenceModule.run_op(self, op, [env[v] for v in op.operands], x)
         return None if scalars_only else env[self.ir.main.results[0]]
 
+    def _mode(self, op: Op) -> str | None:
+        """The op's broadcast mode from bind (`broadcast_modes`); an op made after
+        bind (linear.py's transposed aggregate) by its attribute, else its shapes."""
+        return self._modes.get(op) or op.attrs.get("broadcast")
+
     def _scalar(self, op: Op, vals: list) -> float:
         """An op of python numbers (`1 - alpha`): computed once, in float32 as a
         tensor op would (the value is fixed for the module). torch.compile then
@@ -542,7 +576,7 @@ class ReferenceModule(nn.Module):
         if n in _BINARY:
             if not isinstance(vals[0], torch.Tensor) and not isinstance(vals[1], torch.Tensor):
                 return self._scalar(op, vals)
-            a, b = _binary_operands(op, vals)
+            a, b = _binary_operands(op, vals, self._mode(op))
             if n in ("max", "min"):
                 a = a if isinstance(a, torch.Tensor) else torch.tensor(a, dtype=b.dtype)
                 b = b if isinstance(b, torch.Tensor) else torch.tensor(b, dtype=a.dtype)
@@ -552,7 +586,7 @@ class ReferenceModule(nn.Module):
         if n == "dot":
             a, b = op.operands
             rank = max(len(a.type.shape), len(b.type.shape)) - 1
-            lead = (op.attrs.get("broadcast") or broadcast_mode(a.type.shape[:-1], b.type.shape[:-1])) != "trail"
+            lead = (self._mode(op) or broadcast_mode(a.type.shape[:-1], b.type.shape[:-1])) != "trail"
             xa = self._align_keep_last(vals[0], a.type, rank, lead)
             xb = self._align_keep_last(vals[1], b.type, rank, lead)
             return (xa * xb).sum(-1)
@@ -697,7 +731,7 @@ class ReferenceModule(nn.Module):
         if msg == "copy_src":
             return x
         xt, wt = op.operands[0].type.with_domain("edge"), op.operands[1].type
-        a, b = _align_pair(x, xt, vals[1], wt, op.attrs.get("broadcast"))
+        a, b = _align_pair(x, xt, vals[1], wt, self._mode(op))
         return _BINARY[msg](a, b)
 
     def sddmm(self, op: Op, vals: list):
@@ -706,9 +740,9 @@ class ReferenceModule(nn.Module):
         ta, tb = (v.type.with_domain("edge") for v in op.operands)
         if op.attrs["op"] == "dot":
             rank = max(len(ta.shape), len(tb.shape)) - 1
-            lead = (op.attrs.get("broadcast") or broadcast_mode(ta.shape[:-1], tb.shape[:-1])) != "trail"
+            lead = (self._mode(op) or broadcast_mode(ta.shape[:-1], tb.shape[:-1])) != "trail"
             return (self._align_keep_last(a, ta, rank, lead) * self._align_keep_last(b, tb, rank, lead)).sum(-1)
-        xa, xb = _align_pair(a, ta, b, tb, op.attrs.get("broadcast"))
+        xa, xb = _align_pair(a, ta, b, tb, self._mode(op))
         return _BINARY[op.attrs["op"]](xa, xb)
 
     @staticmethod
