@@ -182,9 +182,24 @@ def _data_dims(source: str, args, want_graph: bool = False):
     g = load_graph(args.data)
     opts = checked.graph_options
     seen = g.with_options(self_loops=opts.get("self_loops", False), symmetric=opts.get("symmetric", False))
-    if want_graph:
-        return bind_dims(checked, g), seen.num_edges, seen
-    return bind_dims(checked, g), seen.num_edges
+    try:
+        dims = bind_dims(checked, g)
+    except GdslError:
+        _program_errors_first(source, args)
+        raise
+    return (dims, seen.num_edges, seen) if want_graph else (dims, seen.num_edges)
+
+
+def _program_errors_first(source: str, args) -> None:
+    """Raise the program's own errors, those no data can fix, before a data
+    file's mismatch with it (was: `--data` reported only "no edge data 'w'"
+    for a program whose model misuses 'w', as `gdsl run` does not)."""
+    from gdsl.compiler import compile_source
+    try:
+        compile_source(source, args.program, train=args.train)
+    except CompileError as e:
+        if not all(d.needs_data for d in e.diagnostics):
+            raise CompileError([d for d in e.diagnostics if not d.needs_data], e.source) from None
 
 
 def _dim_names(source: str, args) -> set[str]:

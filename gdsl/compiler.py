@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from gdsl.diagnostics import CompileError, Diagnostic, Span
+from gdsl.diagnostics import CompileError, Diagnostic, GdslError, Span
 from gdsl.frontend import ast
 from gdsl.frontend.checker import CheckedProgram, check
 from gdsl.frontend.lower import lower
@@ -119,6 +119,38 @@ def _unapplied_reorders(asked: dict[str, tuple[Span, str]], module: Module,
             for scope, (span, what) in asked.items() if scope not in done]
 
 
+def _partition_hint_errors(checked: CheckedProgram, module: Module) -> list[Diagnostic]:
+    """The schedule's partition (and delay) hint checked as the ranks check it
+    (`dist.module.check_supported`, `check_delay`) on the optimised IR: a hint
+    the ranks would refuse is a compile error at the hint (was: it compiled,
+    `gdsl plan` said `run --np` executes it, and the ranks refused it after
+    partitioning)."""
+    sched, spans = checked.schedule, checked.schedule_spans
+    part = sched.get("partition", "auto")
+    if part == "auto":
+        return []
+    from gdsl.dist.part import parse_spec
+    from gdsl.dist.support import check_delay, check_supported
+    try:
+        spec = parse_spec(part, delay=sched.get("delay", 0))
+    except GdslError:
+        return []   # grid2d / grid3d: priced by the cost model, not executed
+    def refused(span: Span, message: str, e: GdslError) -> list[Diagnostic]:
+        op = getattr(e, "op", None)   # the op the ranks refuse: where the program wrote it
+        notes = (Diagnostic(op.span, "this is the op", "note"),) if op is not None and op.span.line > 0 else ()
+        return [Diagnostic(span, message, notes=notes)]
+    try:
+        check_supported(spec.strategy, module)
+    except GdslError as e:   # its message names the partition: "partition = rows_replicated cannot run op ..."
+        return refused(spans["partition"], str(e), e)
+    try:
+        check_delay(spec.delay if spec.strategy == "vertex_cut" else 0, module)
+    except GdslError as e:
+        return refused(spans.get("delay", spans["partition"]),
+                       f"delay = {sched.get('delay')} cannot hold with partition = {part}: {e}", e)
+    return []
+
+
 def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] | None = None,
                    overrides: dict[str, Any] | None = None, train: str | None = None,
                    stop_after: str | None = None,
@@ -164,5 +196,8 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
     if "order" in ran and "fuse" in ran and (stop_after is None or stop_after in ran
                                                  and ran.index(stop_after) >= ran.index("order")):
         if errors := _unapplied_reorders(asked, module, ctx.options.get("order_declined")):
+            raise CompileError(errors, source)
+    if stop_after is None and "fuse" in ran:
+        if errors := _partition_hint_errors(checked, module):
             raise CompileError(errors, source)
     return Compiled(source, file, prog, checked, module, warnings)

@@ -114,7 +114,7 @@ def first_runnable(choice: Choice, P: int, optimised: Callable[[int | str], Modu
     `optimised(delay)` (e.g. RDM cannot run an edge softmax). `gdsl run`'s
     `auto` and `gdsl compile --np` both choose with it."""
     from gdsl.dist.cli_run import _from_candidate
-    from gdsl.dist.module import check_supported
+    from gdsl.dist.support import check_delay, check_supported
     from gdsl.dist.part import parse_spec
     for cand in choice.candidates:
         if not cand.fits:
@@ -125,6 +125,7 @@ def first_runnable(choice: Choice, P: int, optimised: Callable[[int | str], Modu
         try:
             spec = parse_spec(text, delay=delay if text.startswith("vertex_cut") else 0, halo=halo, seed=seed)
             check_supported(spec.strategy, optimised(spec.delay))
+            check_delay(spec.delay, optimised(spec.delay))
         except GdslError:
             continue
         return cand, spec

@@ -329,6 +329,32 @@ CASES = [
     # a tensor divided by a static expression that is 0 (was: compiled, then a NaN loss at epoch 1)
     ('tensor-division-by-static-zero', 'gcn.gd', 'h = dropout(h, p)', 'h = dropout(h / (p - 0.5), p)',
      '21:17', "division by zero: '(p - 0.5)' is 0 here"),
+    # a partition hint the ranks would refuse (was: compiled; `gdsl plan` said `run --np` executes it; the
+    # ranks refused it after partitioning, naming an IR value only)
+    ('partition-hint-the-ranks-cannot-run', 'gat.gd', '    partition = auto\n', '    partition = vertex_cut\n',
+     '38:17', "partition = vertex_cut cannot run op"),
+    ('delay-with-a-max-aggregation', 'extra/sage_max.gd',
+     '    eval      = accuracy(mask = val), accuracy(mask = test)\n}\n',
+     '    eval      = accuracy(mask = val), accuracy(mask = test)\n}\nschedule {\n'
+     '    partition = vertex_cut(libra)\n    delay     = 2\n}\n',
+     '40:17', 'delay = 2 cannot hold with partition = vertex_cut(libra): op %a (aggregate): delayed aggregation '
+     '(cd-r) is implemented for sum and mean reductions, not max'),
+    ('delay-with-a-backward-order-hint', 'gcn.gd', '    eval      = accuracy(mask = val), accuracy(mask = test)\n}\n',
+     '    eval      = accuracy(mask = val), accuracy(mask = test)\n}\nschedule {\n    partition = vertex_cut\n'
+     '    delay     = 1\n    order GCNConv#1 = sparse_first(backward = sparse_first)\n}\n',
+     '34:17', 'a chosen backward order is not implemented with delayed aggregation (delay = 1)'),
+    # was: "sync needs a transform result; 'tt' is not one" (every other stage says undefined name)
+    ('sync-of-an-undefined-name', 'gcn.gd', 'sync      s = sum(t)', 'sync      s = sum(tt)', '13:23', "undefined name 'tt'"),
+    # a misspelt stage keyword (was: "unexpected 'a', expected one of '=', call reference (Layer#k)" at 'a')
+    ('misspelt-stage-keyword', 'gcn.gd', 'gather    a = sum(m)', 'gahter    a = sum(m)',
+     '11:5', "unknown statement keyword 'gahter' (did you mean 'gather'? the stages are"),
+    ('capitalised-stage-keyword', 'gcn.gd', 'gather    a = sum(m)', 'Gather    a = sum(m)',
+     '11:5', "unknown statement keyword 'Gather' (did you mean 'gather'?"),
+    ('misspelt-return', 'gcn.gd', '    return GCNConv[C](h)', '    retrun GCNConv[C](h)',
+     '22:5', "unknown statement keyword 'retrun' (did you mean 'return'?)"),
+    # (was: the generic "gather is r(m) ..." message, not the one the docs quote)
+    ('edge-softmax-in-a-gather', 'gat.gd', 'scatter   alpha = edge_softmax(s)', 'gather    alpha = edge_softmax(s)',
+     '15:23', 'edge_softmax is written in a scatter statement'),
     ('push-pull-depth-zero', 'gat.gd', '    order     = auto\n', '    order     = auto\n    pipeline  = push_pull(depth = 0)\n',
      '40:35', "push_pull option 'depth' must be a positive integer"),
 ]
@@ -596,3 +622,34 @@ def test_errors_no_data_can_fix_are_not_set_aside(tmp_path, capsys, old, new, me
     import gdsl
     with pytest.raises(gdsl.CompileError, match=re.escape(message)):
         gdsl.compile(edit("gcn.gd", old, new))
+
+
+def test_a_refused_partition_hint_points_at_the_op(tmp_path, capsys):
+    """The ranks' refusal, at compile time, with a note where the program wrote the op."""
+    err, _ = compile_errors(tmp_path, capsys, edit("gat.gd", "    partition = auto\n", "    partition = vertex_cut\n"))
+    # (fused with its edge softmax: GAT's attention aggregation, written as the gather of alpha * src.zs)
+    assert re.search(r"prog.gd:17:19: note: this is the op\n.*gather    a = sum\(m\)", err), err
+
+
+def test_a_declaration_may_have_empty_brackets(tmp_path, capsys):
+    """`layer Prop[](h: [d])` and `model M[]` match the documented call form `L[](X)`
+    (was: "unexpected ']', expected name")."""
+    src = edit("gcn.gd", "model GCN[hidden = 16, p = 0.5] {", "model GCN[] {").replace("hidden", "16").replace(
+        "dropout(X, p)", "dropout(X, 0.5)").replace("dropout(h, p)", "dropout(h, 0.5)").replace(
+        "GCN[16 = 16]", "GCN[]")
+    src = src.replace("layer GCNConv[dout](h: [din]) -> [dout] {", "layer Norm[](h: [d]) -> [d] {\n"
+                      "    apply out = h\n    return out\n}\n\nlayer GCNConv[dout](h: [din]) -> [dout] {")
+    src = src.replace("return GCNConv[C](h)", "return GCNConv[C](Norm[](Norm(h)))")
+    (tmp_path / "prog.gd").write_text(src)
+    assert main(["compile", str(tmp_path / "prog.gd"), "--emit", "ir"]) == 0
+    assert len(re.findall(r"= call\[callee=Norm_0, layer=Norm, static=\{\}\]", capsys.readouterr().out)) == 2
+
+
+def test_with_data_the_programs_own_error_comes_first(tmp_path, capsys):
+    """Was: `gdsl compile --data cora` said only "no edge data 'w'" for a program whose
+    model misuses its edge input 'w' (the program's error showed once the data was fixed)."""
+    src = edit("gcn.gd", "mask train, val, test", "input w : edge f32\nmask train, val, test")
+    src = src.replace("h = dropout(X, p)", "h = dropout(X * w, p)")
+    err, (e,) = compile_errors(tmp_path, capsys, src, "--data", "cora")
+    assert (e["line"], e["col"], e["msg"]) == ("20", "21", "model cannot read edge tensor 'w'; gather it first"), err
+    assert "no edge data" not in err

@@ -40,9 +40,8 @@ from gdsl.dist.comm import Comm
 from gdsl.dist.kernels import LocalKernels
 from gdsl.dist.part import RankPart
 from gdsl.graph.partition import feature_slices
+from gdsl.dist.support import _namer, check_delay, check_supported, feature_input, feature_region
 from gdsl.ir.core import Module, Op, Value
-from gdsl.ir.ops import LINEAR_UNARY, UNARY
-from gdsl.ir.printer import _Namer
 
 _EDGE_READERS = {"src", "dst", "gather", "edge_softmax", "aggregate", "sddmm", "gat_aggregate"}
 
@@ -75,161 +74,6 @@ def _tie_counts(m: torch.Tensor, idx: torch.Tensor, out: torch.Tensor) -> torch.
     with torch.no_grad():
         hit = (m == out.index_select(0, idx)).to(out.dtype)
         return torch.zeros_like(out).index_add_(0, idx, hit)
-
-
-def _namer(module: Module) -> _Namer:
-    """Values named as in the IR dump (`%1`, `%h`), for messages."""
-    namer = _Namer()
-    for op in module.main.ops:
-        if op.result is not None:
-            namer(op.result)
-    return namer
-
-
-def feature_input(module: Module) -> str | None:
-    """The program's feature input: its first f32 vertex input (what the ranks split)."""
-    return next((op.attrs["name"] for op in module.main.ops if op.name == "input"
-                 and op.result.type.domain == "vertex" and op.result.type.dtype == "f32"), None)
-
-
-def feature_region(module: Module, name=None) -> tuple[dict[Value, str], set[str]]:
-    """P3 §3.1-3.2: the ops of layer 1 up to its sync run model-parallel on
-    each rank's feature columns of all vertices. The region: every op that
-    depends on the feature input and not on a sync result. Its values are
-    either column slices ("cols", before the product with a weight) or partial
-    sums over slices ("partial", after); only column-separable ops may take a
-    slice and only linear ops a partial sum. Returns each value's kind ("cols",
-    "partial" or "rows": after a sync) and the params the product uses (model-
-    parallel: not all-reduced); a program P3 cannot run is refused (GdslError),
-    by the ranks and by `partition = auto` alike (`check_supported`)."""
-    name = name or _namer(module)
-    ops = module.main.ops
-    syncs = [op for op in ops if op.name == "sync"]
-    x = feature_input(module)
-    feat = next((op.result for op in ops if op.name == "input" and op.attrs.get("name") == x), None)
-    if feat is None or not syncs:
-        raise GdslError("partition = features needs a feature input and a sync after layer 1's transform")
-    kind: dict[Value, str] = {feat: "cols"}
-    local_params: set[str] = set()
-    elementwise = set(UNARY) | {"dropout"}
-    linear_ok = set(LINEAR_UNARY) | {"dropout"}
-    for op in ops:
-        ins = [kind.get(v) for v in op.operands]
-        if not any(ins) or op.result is None:
-            continue
-        n = op.name
-        where = f"partition = features: op {name(op.result)} ({n}) in layer 1"
-        if n == "sync":
-            if ins[0] == "cols":
-                raise GdslError(f"{where}: the sync must complete a product of the feature columns with a weight")
-            kind[op.result] = "rows"
-            continue
-        if "rows" in ins:
-            if "cols" in ins:
-                raise GdslError(f"partition = features: op {name(op.result)} ({n}) reads the feature input {x} (or a "
-                                f"value computed from it before layer 1's product with a weight) after the sync; "
-                                f"the feature split holds {x} as column slices only, use rows")
-            if "partial" in ins:   # (was "... in layer 1 mixes layer-1 partial results with synced rows", for an
-                # op of the program's layer 2 that reads X again: `a @ W + X @ Wx`)
-                raise GdslError(f"partition = features: op {name(op.result)} ({n}) mixes a product of {x}'s "
-                                f"feature columns (a partial sum on each rank, P3's model-parallel layer 1) with "
-                                f"rows after a sync; the feature split runs only layer 1 on {x}'s column slices, "
-                                f"so {x} (or a value computed from it) cannot be read again after a sync; use rows")
-            kind[op.result] = "rows"
-            continue
-        k = "partial" if "partial" in ins else "cols"
-        if n == "matmul":
-            if ins[0] != "cols" or ins[1] is not None:
-                raise GdslError(f"{where}: only one product with a weight is allowed before the sync")
-            local_params.add(op.operands[1].owner.attrs["name"])
-            kind[op.result] = "partial"
-            continue
-        if n in elementwise:
-            if k == "partial" and n not in linear_ok:
-                raise GdslError(f"{where}: {n} of a partial sum is not linear; move it after the sync")
-            kind[op.result] = k
-            continue
-        if n in ("add", "sub") and all(i == k for i in ins):
-            kind[op.result] = k
-            continue
-        if n in ("max", "min"):
-            # element-wise, so column-separable; with a scalar, or two values of the region
-            if k == "partial":
-                raise GdslError(f"{where}: element-wise {n} of a partial sum is not linear; move it after the sync")
-            if all(i == k or (i is None and not v.type.shape and v.type.domain in (None, "scalar"))
-                   for i, v in zip(ins, op.operands)):
-                kind[op.result] = k
-                continue
-            raise GdslError(f"{where}: element-wise {n} with a per-vertex or per-feature value the feature split "
-                            "does not slice; use rows")
-        if n in ("mul", "div") and sum(1 for i in ins if i) == 1 and (
-                op.operands[1 if ins[0] else 0].type.domain in (None, "scalar", "param", "edge", "vertex") and
-                (n == "mul" or ins[0])):
-            other = op.operands[1 if ins[0] else 0]
-            if other.type.domain == "param":   # (its gradient would be one partial sum per rank's columns)
-                raise GdslError(f"{where}: a product with a learned factor ({name(other)}, a param or computed from one) "
-                                "before layer 1's '@' cannot take a column slice; use rows")
-            if other.type.shape and other.type.domain != "edge":
-                raise GdslError(f"{where}: a product with a per-feature factor cannot take a column slice")
-            if other.type.domain in ("vertex", "edge") and other.owner is not None and \
-                    other.owner.name not in ("vertex_const", "edge_const", "degree", "input"):
-                # the factor is computed on this rank's rows only (was: an internal shape error)
-                raise GdslError(f"{where}: its factor {name(other)} is computed from the graph ({other.owner.name}), "
-                                "but the feature split has only graph constants and inputs on every vertex; use rows")
-            kind[op.result] = k
-            continue
-        if n in ("src", "dst"):
-            kind[op.result] = k
-            continue
-        if n == "sddmm" and ins[0] == ins[1] and (op.attrs["op"] in ("add", "sub") or
-                                                  (op.attrs["op"] == "mul" and k == "cols")):
-            # fuse.py's src.a (+|-|*) dst.b: element-wise on two values sliced alike, so
-            # column-separable (a product of two partial sums would not be linear)
-            kind[op.result] = k
-            continue
-        if n == "gather" or n == "aggregate":
-            if k == "partial" and op.attrs["reduce"] not in ("sum", "mean"):
-                raise GdslError(f"{where}: {op.attrs['reduce']} of a partial sum is not linear")
-            if n == "aggregate" and len(op.operands) > 1 and ins[1] is not None:
-                raise GdslError(f"{where}: the edge factor may not depend on the features")
-            kind[op.result] = k
-            continue
-        raise GdslError(f"{where} is not column-separable (it mixes feature columns); P3's feature split "
-                        "cannot run this program's first layer, use rows")
-    return kind, local_params
-
-
-def check_supported(s: str, module: Module, name=None) -> None:
-    """Refuse (GdslError) an op that strategy `s` cannot run exactly: checked by
-    each rank before any communication, and by `partition = auto` so the cost
-    model's choice is one the ranks can run."""
-    name = name or _namer(module)
-    for op in module.main.ops:
-        n = op.name
-        where = f"op {name(op.result) if op.result is not None else n} ({n})"
-        if s in ("rows_replicated", "vertex_cut"):
-            if n in ("edge_softmax", "gat_aggregate"):
-                raise GdslError(f"partition = {s} cannot run {where}: an edge softmax needs all of a vertex's "
-                                "incoming edges on one rank; use rows, features or replicate")
-            if n in ("gather", "aggregate") and op.attrs.get("to") == "src" and s == "rows_replicated":
-                raise GdslError(f"partition = {s} cannot run {where}: reductions over outgoing edges "
-                                "(to = src) are not implemented for 1.5D; use rows")
-            if n in ("gather", "aggregate") and op.attrs.get("reduce") not in ("sum", "mean", "max", "min"):
-                raise GdslError(f"partition = {s} cannot run {where}")
-        if s == "redistribute":
-            if n in ("src", "dst", "gather", "edge_softmax", "sddmm", "gat_aggregate"):
-                raise GdslError(f"partition = redistribute (RDM) cannot run {where}: RDM redistributes around "
-                                "SpMM-like aggregations (a scatter of src.x, optionally times an edge "
-                                "constant, then a gather) only; use rows")
-            if n == "aggregate":
-                if op.attrs["msg"] not in ("copy_src", "mul") or op.attrs["to"] != "dst":
-                    raise GdslError(f"partition = redistribute cannot run {where}: not an SpMM")
-                if op.attrs["msg"] == "mul" and (op.operands[1].owner is None
-                                                 or op.operands[1].owner.name != "edge_const"):
-                    raise GdslError(f"partition = redistribute cannot run {where}: the edge factor must be "
-                                    "a graph constant")
-    if s == "features":
-        feature_region(module, name)
 
 
 class DistModule(ReferenceModule):
@@ -341,6 +185,7 @@ class DistModule(ReferenceModule):
     def _check_supported(self, module: Module) -> None:
         """Refuse, before any communication, an op the plan cannot run exactly."""
         check_supported(self.spec.strategy, module, self._vn)
+        check_delay(self.spec.delay if self.spec.strategy == "vertex_cut" else 0, module, self._vn)
 
     def _mark_feature_region(self, module: Module) -> None:
         """P3 §3.1-3.2: layer 1 up to its sync runs model-parallel on this rank's

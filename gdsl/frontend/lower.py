@@ -623,10 +623,14 @@ class Lowerer:
             if len(ms) > 1:
                 self.diags.error(ms[-1].span if ms[-1].span.line else t.span,
                                  "a transform term may hold at most one '@ param' product; "
-                                 "split it into two terms or two layers")
+                                 "split it into two terms, or a chain (a @ W1 @ W2) into two transform "
+                                 "statements or two layers")
                 raise _Bail()
 
     def gather(self, e: ast.Expr, sc: _Scope) -> Value:
+        if isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id == "edge_softmax":
+            self.error(e.span, "edge_softmax is written in a scatter statement (it returns edge values; a gather "
+                               "then reduces them)")   # as everywhere else but a scatter (was: the generic message)
         if not (isinstance(e, ast.Call) and isinstance(e.func, ast.Name) and e.func.id in REDUCERS):
             self.error(e.span, f"gather is r(m) with r one of {', '.join(REDUCERS)} and m an edge tensor")
         r = e.func.id
@@ -654,6 +658,8 @@ class Lowerer:
         b = sc.env.get(arg.id) if isinstance(arg, ast.Name) else None
         if b is not None and b.value in self.poison:
             raise _Bail()  # its statement failed and said why
+        if b is None and isinstance(arg, ast.Name) and not (sc.in_layer and arg.id in self.prog.inputs):
+            self.lookup(arg, sc)   # undefined here (or a layer, a mask): says so (was: "'t' is not one")
         if b is None or b.kind != "transform":
             what = f"'{arg.id}'" if isinstance(arg, ast.Name) else "this expression"
             self.error(arg.span, f"sync needs a transform result; {what} is not one")

@@ -6,7 +6,9 @@ CompilationError and Preql): no Lark exception escapes.
 """
 from __future__ import annotations
 
+import difflib
 import functools
+import re
 from pathlib import Path
 
 from lark import Lark, Token, Transformer, Tree, v_args
@@ -101,6 +103,8 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
             span = Span(len(lines), len(lines[-1]) + 1, len(lines), len(lines[-1]) + 2, file)
         else:
             span = _tok_span(tok, file)
+        if (typo := _misspelled_keyword(source, tok, file)) is not None:
+            raise CompileError([typo], source) from None
         msg = f"unexpected {_describe(tok)}"
         if expected:
             shown = expected[:5]
@@ -122,6 +126,29 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
         raise
     except RecursionError:
         raise CompileError([Diagnostic(Span(1, 1, 1, 2, file), "program is nested too deeply")], source) from None
+
+
+STAGES = ("scatter", "gather", "transform", "sync", "apply")
+_STATEMENT_WORDS = (*STAGES, "param", "return", "repeat")
+
+
+def _misspelled_keyword(source: str, tok: Token, file: str) -> Diagnostic | None:
+    """`gahter a = sum(m)`, `Gather a = ...`: a line starting with two names can only
+    be a keyword statement, so the first is a misspelt keyword (was: "unexpected 'a',
+    expected one of '=', call reference (Layer#k)", at the second name)."""
+    if tok.type != "NAME":
+        return None
+    start = source.rfind("\n", 0, tok.start_pos) + 1
+    m = re.fullmatch(r"([ \t]*)([A-Za-z_]\w*)[ \t]+", source[start:tok.start_pos])
+    if m is None or m.group(2) in _STATEMENT_WORDS:
+        return None
+    close = difflib.get_close_matches(m.group(2).lower(), _STATEMENT_WORDS, n=1, cutoff=0.6)
+    if not close:
+        return None
+    col = len(m.group(1)) + 1
+    return Diagnostic(Span(tok.line, col, tok.line, col + len(m.group(2)), file),
+                      f"unknown statement keyword '{m.group(2)}' (did you mean '{close[0]}'?"
+                      + (" the stages are scatter, gather, transform, sync and apply)" if close[0] in STAGES else ")"))
 
 
 def _accepted(e: UnexpectedToken) -> set[str]:

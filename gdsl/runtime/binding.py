@@ -17,7 +17,7 @@ def bind_dims(prog: CheckedProgram, graph: Graph, given: dict[str, int] | None =
     agree with them, except that a given class count only bounds the labels
     (a graph that lacks the top classes, or has no labels, binds with it).
     """
-    # N binds (a param may be f32[N, d]: one learned row per vertex); E does
+    # N binds (a param may be f32[N, d], or a static arg N); E does
     # not: it changes with the graph options, and the lowering refuses it.
     where = graph.source or graph.name
     given = _check_given(prog, given or {}, where)
