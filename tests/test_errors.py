@@ -653,3 +653,12 @@ def test_with_data_the_programs_own_error_comes_first(tmp_path, capsys):
     err, (e,) = compile_errors(tmp_path, capsys, src, "--data", "cora")
     assert (e["line"], e["col"], e["msg"]) == ("20", "21", "model cannot read edge tensor 'w'; gather it first"), err
     assert "no edge data" not in err
+
+
+def test_plan_refuses_a_partition_hint_the_ranks_cannot_run(tmp_path, capsys):
+    """Was: `gdsl plan` said "`gdsl run --np 2` executes vertex_cut" for GAT, which the ranks refuse."""
+    prog = tmp_path / "prog.gd"
+    prog.write_text(edit("gat.gd", "    partition = auto\n", "    partition = vertex_cut\n"))
+    assert main(["plan", str(prog), "--np", "2", "--dims", "N=100,E=500,F=8,C=3"]) == 1
+    out = capsys.readouterr()
+    assert "38:17: error: partition = vertex_cut cannot run op" in out.err and "executes" not in out.out
