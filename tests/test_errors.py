@@ -457,6 +457,16 @@ def test_a_mismatch_of_a_layers_own_symbols_does_not_wait_for_data(tmp_path, cap
         assert "needs data" not in err, err
 
 
+def test_a_schedule_token_is_not_expected_outside_a_schedule(tmp_path, capsys):
+    """A missing '}' before `model`: the parser would take `order GATConv#1 = ...`-style
+    call references only in a schedule (was: "expected one of '=', call reference (Layer#k)")."""
+    err, (e,) = compile_errors(tmp_path, capsys, edit("gcn.gd", "    return out\n}\n", "    return out\n\n"))
+    assert e["msg"] == "unexpected 'GCN', expected '='" and "'{' opened here is never closed" in err, err
+    src = edit("gat.gd", "    order     = auto\n", "    order GATConv#1 dense_first\n")
+    err, (e,) = compile_errors(tmp_path, capsys, src)
+    assert e["msg"] == "unexpected 'dense_first', expected '='", err
+
+
 def test_closed_paren_gets_no_note(tmp_path, capsys):
     # a missing comma inside a multi-line call: the '(' is closed, so no note about it
     src = edit("gcn.gd", "h = dropout(X, p)", "h = dropout(X\n        p)")

@@ -95,9 +95,12 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
         t = e.tok
         raise CompileError([Diagnostic(_tok_span(t, file), f"nesting deeper than {MAX_NESTING} levels")], source) from None
     except UnexpectedToken as e:
-        expected = sorted({_tok_name(t, parser) for t in _accepted(e) if not t.startswith("__ANON") or t in _TOKEN_NAMES})
         tok = e.token
         pos = len(source) if tok.type == "$END" else tok.start_pos
+        accepted = _accepted(e)
+        if not _in_schedule(source, pos):   # `order Layer#k = ...` is a schedule statement only
+            accepted = set(accepted) - {"CALLREF"}
+        expected = sorted({_tok_name(t, parser) for t in accepted if not t.startswith("__ANON") or t in _TOKEN_NAMES})
         if tok.type == "$END":
             lines = source.rstrip("\n").split("\n")
             span = Span(len(lines), len(lines[-1]) + 1, len(lines), len(lines[-1]) + 2, file)
@@ -149,6 +152,12 @@ def _misspelled_keyword(source: str, tok: Token, file: str) -> Diagnostic | None
     return Diagnostic(Span(tok.line, col, tok.line, col + len(m.group(2)), file),
                       f"unknown statement keyword '{m.group(2)}' (did you mean '{close[0]}'?"
                       + (" the stages are scatter, gather, transform, sync and apply)" if close[0] in STAGES else ")"))
+
+
+def _in_schedule(source: str, pos: int) -> bool:
+    """Whether `pos` follows a `schedule` declaration (the last top-level keyword before it)."""
+    words = re.findall(r"^[A-Za-z_]\w*", source[:pos], re.M)
+    return bool(words) and words[-1] == "schedule"
 
 
 def _accepted(e: UnexpectedToken) -> set[str]:
