@@ -121,7 +121,7 @@ def _unapplied_reorders(asked: dict[str, tuple[Span, str]], module: Module,
 
 def _partition_hint_errors(checked: CheckedProgram, module: Module) -> list[Diagnostic]:
     """The schedule's partition (and delay) hint checked as the ranks check it
-    (`dist.module.check_supported`, `check_delay`) on the optimised IR: a hint
+    (`dist.support.check_supported`, `check_delay`) on the optimised IR: a hint
     the ranks would refuse is a compile error at the hint (was: it compiled,
     `gdsl plan` said `run --np` executes it, and the ranks refused it after
     partitioning)."""
@@ -135,6 +135,7 @@ def _partition_hint_errors(checked: CheckedProgram, module: Module) -> list[Diag
         spec = parse_spec(part, delay=sched.get("delay", 0))
     except GdslError:
         return []   # grid2d / grid3d: priced by the cost model, not executed
+
     def refused(span: Span, message: str, e: GdslError) -> list[Diagnostic]:
         op = getattr(e, "op", None)   # the op the ranks refuse: where the program wrote it
         notes = (Diagnostic(op.span, "this is the op", "note"),) if op is not None and op.span.line > 0 else ()

@@ -110,7 +110,7 @@ def first_runnable(choice: Choice, P: int, optimised: Callable[[int | str], Modu
     """The fastest candidate of `choice` that `gdsl run --np P` executes, with
     its spec: (candidate, Spec), or None. A candidate must fit the memory per
     rank, name an executable plan (not grid2d/grid3d) and pass the ranks' own
-    check (`dist.module.check_supported`) on the program's optimised IR,
+    check (`dist.support.check_supported`, `check_delay`) on the program's optimised IR,
     `optimised(delay)` (e.g. RDM cannot run an edge softmax). `gdsl run`'s
     `auto` and `gdsl compile --np` both choose with it."""
     from gdsl.dist.cli_run import _from_candidate

@@ -39,8 +39,8 @@ from gdsl.dist import functions as fn
 from gdsl.dist.comm import Comm
 from gdsl.dist.kernels import LocalKernels
 from gdsl.dist.part import RankPart
-from gdsl.graph.partition import feature_slices
 from gdsl.dist.support import _namer, check_delay, check_supported, feature_input, feature_region
+from gdsl.graph.partition import feature_slices
 from gdsl.ir.core import Module, Op, Value
 
 _EDGE_READERS = {"src", "dst", "gather", "edge_softmax", "aggregate", "sddmm", "gat_aggregate"}
