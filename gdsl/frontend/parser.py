@@ -96,6 +96,8 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
         raise CompileError([Diagnostic(_tok_span(t, file), f"nesting deeper than {MAX_NESTING} levels")], source) from None
     except UnexpectedToken as e:
         tok = e.token
+        if (typo := _misspelled_keyword(source, tok, file)) is not None:
+            raise CompileError([typo], source) from None
         pos = len(source) if tok.type == "$END" else tok.start_pos
         accepted = _accepted(e)
         if not _in_schedule(source, pos):   # `order Layer#k = ...` is a schedule statement only
@@ -106,8 +108,6 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
             span = Span(len(lines), len(lines[-1]) + 1, len(lines), len(lines[-1]) + 2, file)
         else:
             span = _tok_span(tok, file)
-        if (typo := _misspelled_keyword(source, tok, file)) is not None:
-            raise CompileError([typo], source) from None
         msg = f"unexpected {_describe(tok)}"
         if expected:
             shown = expected[:5]
@@ -151,7 +151,7 @@ def _misspelled_keyword(source: str, tok: Token, file: str) -> Diagnostic | None
     col = len(m.group(1)) + 1
     return Diagnostic(Span(tok.line, col, tok.line, col + len(m.group(2)), file),
                       f"unknown statement keyword '{m.group(2)}' (did you mean '{close[0]}'?"
-                      + (" the stages are scatter, gather, transform, sync and apply)" if close[0] in STAGES else ")"))
+                      + (f" the stages are {', '.join(STAGES[:-1])} and {STAGES[-1]})" if close[0] in STAGES else ")"))
 
 
 def _in_schedule(source: str, pos: int) -> bool:
