@@ -101,6 +101,24 @@ def _reorders_asked(checked: CheckedProgram, module: Module) -> dict[str, tuple[
     return asked
 
 
+def _declined_hints(checked: CheckedProgram, module: Module, declined: dict[str, str]) -> dict[str, tuple[Span, str]]:
+    """The hints (scope -> span, text) behind the order pass's declines: a
+    backward option on a reader of a shared aggregation left sparse-first,
+    `sparse_first(backward = dense_first)` included, which `_reorders_asked`
+    does not count as a reorder (autograd's own backward) but which the
+    merged aggregation cannot record (was: accepted, no order attributes)."""
+    out: dict[str, tuple[Span, str]] = {}
+    default = checked.schedule.get("order")
+    per_call = {f"{h.layer}_{h.occurrence}": h for h in checked.order_hints}
+    for scope in declined:
+        if (h := per_call.get(scope)) is not None:
+            out[scope] = (h.value.span, f"order {h.layer}#{h.occurrence} = {h.spec} cannot be carried out")
+        elif default not in (None, "auto"):
+            out[scope] = (checked.schedule_spans["order"],
+                          f"order = {default} cannot be carried out for {scope.replace('_', '#')}")
+    return out
+
+
 def _unapplied_reorders(asked: dict[str, tuple[Span, str]], module: Module,
                         declined: dict[str, str] | None = None) -> list[Diagnostic]:
     """An error for each reorder asked for that the order pass did not carry
@@ -196,7 +214,9 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
     # (the order pass rewrites fused IR only: not checked when a test disables fuse)
     if "order" in ran and "fuse" in ran and (stop_after is None or stop_after in ran
                                                  and ran.index(stop_after) >= ran.index("order")):
-        if errors := _unapplied_reorders(asked, module, ctx.options.get("order_declined")):
+        declined = ctx.options.get("order_declined") or {}
+        asked = {**_declined_hints(checked, module, declined), **asked}
+        if errors := _unapplied_reorders(asked, module, declined):
             raise CompileError(errors, source)
     if stop_after is None and "fuse" in ran:
         if errors := _partition_hint_errors(checked, module):

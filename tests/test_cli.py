@@ -300,6 +300,20 @@ def test_a_metric_listed_twice_is_a_warning(tmp_path):
         gdsl.compile(str(prog_file))
 
 
+def test_eval_of_a_model_without_label_target_is_a_warning(tmp_path):
+    """bce of float targets: accuracy is not computed, and the eval line says
+    so (was: its entries were dropped without a word)."""
+    text = (ROOT / "programs" / "gcn.gd").read_text()
+    old = "loss      = cross_entropy(Y, mask = train)"
+    assert text.count(old) == 1
+    prog_file = tmp_path / "recon.gd"
+    prog_file.write_text(text.replace(old, "loss      = bce(X, mask = train)")
+                         .replace("return GCNConv[C](h)", "return GCNConv[F](h)"))
+    code, _, err = run_gdsl(["compile", str(prog_file)])
+    assert code == 0 and (f"{prog_file}:30:5: warning: eval is not reported: accuracy compares the predicted class "
+                          "with class labels, and the loss's target 'X' is f32, not a label input") in err, err
+
+
 def test_the_example_programs_compile_without_warnings():
     import warnings
 

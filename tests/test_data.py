@@ -381,6 +381,9 @@ def test_cli_missing_array_and_bad_paths(tmp_path, capsys, cora_arrays):
     p = write(tmp_path / "no_labels.npz", {k: v for k, v in cora_arrays.items() if k != "labels"})
     cli_refuses(capsys, p, "'labels'")
     cli_refuses(capsys, tmp_path / "missing.npz", "no such file")
+    # a bare name that is neither built in nor a file: the built-in names (was: only "actor: no such file")
+    cli_refuses(capsys, "actor", "actor: no such file (the built-in data sets are cora and citeseer; other data "
+                                 "is a path to an .npz file)")
     t = tmp_path / "text.npz"
     t.write_text("not an archive\n")
     cli_refuses(capsys, t, "not an .npz file")

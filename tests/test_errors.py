@@ -62,6 +62,8 @@ CASES = [
     ("stray-close-paren", "gcn.gd", "return GCNConv[C](h)", "return GCNConv[C](h))",
      "22:25", "unexpected ')'"),
     # ---- names and definitions
+    ("layer-returns-a-param", "gcn.gd", "    return out\n", "    return b\n",   # (was: at the layer's header)
+     "15:5", "GCNConv must return a vertex tensor, not a param"),
     ("undefined-name-in-layer", "gcn.gd", "apply     out = s + b", "apply     out = s + bias",
      "14:25", "undefined name 'bias'"),
     ("undefined-name-in-model", "gcn.gd", "h = dropout(h, p)", "h = dropout(hh, p)",
@@ -622,7 +624,10 @@ def test_process_missing_file(tmp_path):
 
 @pytest.mark.parametrize("old,new,message", [
     ("transform t = a @ W", "transform t = a @ a", "the right side of '@' must be a param"),
-    ("transform t = a @ W", "transform t = sum(a, 3) @ W", "sum: axis 3 out of range for 1 feature axes"),
+    ("transform t = a @ W", "transform t = sum(a, 3) @ W", "sum: axis 3 out of range for 1 feature axis"),
+    # (was: "sum axis must be an integer >= -8", an internal bound, for both)
+    ("transform t = a @ W", "transform t = sum(a, -9) @ W", "sum: axis -9 out of range for 1 feature axis"),
+    ("transform t = a @ W", "transform t = sum(a, 0.5) @ W", "sum axis must be an integer, got 0.5"),
 ])
 def test_errors_no_data_can_fix_are_not_set_aside(tmp_path, capsys, old, new, message):
     """Was: tagged "(needs data)" because an operand had a symbolic dim, and

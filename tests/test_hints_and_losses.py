@@ -89,7 +89,21 @@ def test_bce_accuracy_uses_the_sign_of_one_logit():
     from gdsl.runtime.trainer import accuracy
 
     out = torch.tensor([[2.0], [-1.0], [0.5]])
-    assert accuracy(out, torch.tensor([1, 0, 0]), None) == pytest.approx(2 / 3)
+    assert accuracy(out, torch.tensor([1, 0, 0]), None, binary=True) == pytest.approx(2 / 3)
+    assert accuracy(out, torch.tensor([0, 0, 0]), None) == 1.0   # one class of cross_entropy: argmax is class 0
+
+
+def test_cross_entropy_over_one_class_is_argmax_and_warns():
+    """One label in the data (C = 1): the accuracy is the argmax's (every
+    vertex right), not bce's sign rule, and the loss, 0 for any output, is
+    named as training nothing."""
+    from gdsl.runtime.trainer import train
+
+    g = random_graph(c=1)
+    with pytest.warns(UserWarning, match="cross_entropy over a single class .* do not train"):
+        res = train(gdsl.compile(ROOT / "programs" / "gcn.gd"), g, backend="reference", epochs=2)
+    assert res.epochs[-1].metrics == {"train_acc": 1.0, "val_acc": 1.0, "test_acc": 1.0}
+    assert res.epochs[-1].loss == 0.0
 
 
 def test_dense_first_on_a_message_of_the_other_endpoint_says_why(tmp_path):
@@ -130,7 +144,12 @@ def test_accuracy_only_when_the_loss_targets_the_labels(target, acc):
     g = random_graph(n=30, e=90, f=4, c=2)
     g.ndata["B"] = g.labels
     src = AUTOENCODER.replace("TARGET", target).replace("[out = F]", "[out = F]" if target == "X" else "[out = 1]")
-    r = gdsl.train(gdsl.compile(src), g, backend="reference", epochs=2)
+    if acc:
+        prog = gdsl.compile(src)
+    else:   # the eval line that reports nothing is a compile warning
+        with pytest.warns(gdsl.GdslWarning, match="eval is not reported: .* the loss's target 'X' is f32"):
+            prog = gdsl.compile(src)
+    r = gdsl.train(prog, g, backend="reference", epochs=2)
     assert all(bool(e.metrics) == acc for e in r.epochs)
     if acc:
         assert set(r.epochs[-1].metrics) == {"train_acc", "val_acc"}

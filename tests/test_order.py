@@ -327,8 +327,16 @@ def test_two_calls_on_one_input_share_an_aggregation_and_take_order_hints(backen
         torch.testing.assert_close(x, y, rtol=1e-4, atol=1e-5)
 
 
-def test_a_backward_option_on_a_shared_aggregation_is_refused_with_the_reason():
-    prog = _with(TWICE, "    order GCNConv#1 = sparse_first(backward = sparse_first)")
-    with pytest.raises(gdsl.CompileError, match="GCNConv#1 = sparse_first\\(backward = sparse_first\\) cannot be "
+@pytest.mark.parametrize("option", ["backward = sparse_first", "backward = dense_first",
+                                    "backward = dense_first, memoize = false"])
+def test_a_backward_option_on_a_shared_aggregation_is_refused_with_the_reason(option):
+    """Any backward option on a reader of a shared aggregation left sparse-first
+    (was: `backward = dense_first`, autograd's own order, was accepted and the IR
+    carried no order attributes for the call, while the others were refused)."""
+    prog = _with(TWICE, f"    order GCNConv#1 = sparse_first({option})")
+    with pytest.raises(gdsl.CompileError, match=f"GCNConv#1 = sparse_first\\({option}\\) cannot be "
                                                 "carried out: its aggregation is shared with another transform"):
         gdsl.compile(prog).bind(random_graph(n=40, e=200, f=12, c=3, seed=2)).module
+    with pytest.raises(gdsl.CompileError, match="order = sparse_first\\(backward = dense_first\\) cannot be "
+                                                "carried out for GCNConv#1: its aggregation is shared"):
+        gdsl.compile(_with(TWICE, "    order = sparse_first(backward = dense_first)"))

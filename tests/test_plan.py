@@ -207,7 +207,9 @@ def test_auto_never_chooses_a_feature_split_the_ranks_refuse():
                "mse_autoencoder.gd": "reads the feature input X (or a value computed from it before layer 1's "
                                      "product with a weight) after the sync",
                "learned_factor.gd": "a product with a learned factor (%1, a param or computed from one) before "
-                                    "layer 1's '@' cannot take a column slice"}
+                                    "layer 1's '@' cannot take a column slice",
+               "transform_bias.gd": "adding %b (not a partial sum) to a partial sum is not linear: each rank's "
+                                    "partial sum would carry it, so the sync would sum it P times"}
     for name, msg in refused.items():
         module = optimised(name)
         with pytest.raises(GdslError, match=re.escape(msg)):

@@ -87,14 +87,15 @@ def write_partition(prog, graph, spec, P: int, out: str | Path) -> dict:
 
 def _metrics(model, out, names: list[str]) -> dict[str, float]:
     """Global accuracy per mask: correct and total counts summed over ranks."""
-    from gdsl.runtime.trainer import accuracy
+    from gdsl.runtime.trainer import accuracy, binary_logit
     vals = []
+    binary = binary_logit(model)
     labels = model.graph.labels
     for m in names:
         mask = model.graph.masks.get(m) if m else None
         rows = model.counted if mask is None else (mask & model.counted)
         cnt = int(rows.sum())
-        acc = accuracy(out, labels, rows) if cnt else 0.0
+        acc = accuracy(out, labels, rows, binary) if cnt else 0.0
         vals += [acc * cnt, cnt]
     tot = model.comm.allreduce_scalars(vals)
     return {f"{m or 'all'}_acc": (tot[2 * i] / tot[2 * i + 1] if tot[2 * i + 1] else float("nan"))
@@ -381,7 +382,7 @@ def run_rank(args: dict) -> int:
     from gdsl.dist.comm import Comm
     from gdsl.dist.part import load_part, part_path
     from gdsl.runtime.files import finish_run, save_state_dict
-    from gdsl.runtime.trainer import EpochStats, Progress, make_optimizer, write_json
+    from gdsl.runtime.trainer import EpochStats, Progress, loss_warning, make_optimizer, write_json
 
     comm = Comm(MPI.COMM_WORLD)
     rank, size = comm.rank, comm.size
@@ -397,6 +398,8 @@ def run_rank(args: dict) -> int:
     seed = args.get("seed", 0)
     model = make_model(prog, part, comm, dims, seed, args.get("backend") or "reference")
     opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
+    if rank == 0 and (warning := loss_warning(model)) is not None:
+        print(f"gdsl: warning: {warning}", file=sys.stderr)
     epochs = args.get("epochs") or cfg.epochs
     history: list[dict] = []
     start = 0

@@ -85,6 +85,12 @@ def feature_region(module: Module, name=None) -> tuple[dict[Value, str], set[str
         if n in ("add", "sub") and all(i == k for i in ins):
             kind[op.result] = k
             continue
+        if n in ("add", "sub") and k == "partial" and ins.count(None) == 1:
+            # (was: "not column-separable (it mixes feature columns)", for a bias `h @ W + b`)
+            other = op.operands[ins.index(None)]
+            raise GdslError(f"{where}: {'adding' if n == 'add' else 'subtracting'} {name(other)} (not a partial sum) "
+                            f"to a partial sum is not linear: each rank's partial sum would carry it, so the sync "
+                            f"would sum it P times; move it after the sync")
         if n in ("max", "min"):
             # element-wise, so column-separable; with a scalar, or two values of the region
             if k == "partial":

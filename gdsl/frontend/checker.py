@@ -259,6 +259,13 @@ class Checker:
                 self.diags.error(d.span, f"train block '{d.name}' names no model (model = NAME)")
         if "loss" not in seen:
             self.diags.error(d.span, f"train block '{d.name}' names no loss (loss = cross_entropy(Y, mask = train))")
+        elif "eval" in seen and cfg.loss is not None and cfg.eval:
+            inp = self.out.inputs.get(cfg.loss.target)
+            if inp is not None and inp.type.dtype != "label":   # trainer.reports_accuracy (was: dropped silently)
+                self.out.warnings.append(Diagnostic(
+                    seen["eval"], f"eval is not reported: accuracy compares the predicted class with class labels, "
+                                  f"and the loss's target '{cfg.loss.target}' is {inp.type.dtype}, not a label input",
+                    "warning"))
         return cfg
 
     def train_model(self, cfg: TrainConfig, vals: list[ast.Expr]) -> None:

@@ -220,12 +220,15 @@ class Lowerer:
                 names |= {n.id for n in _names_in(x)}
         return names
 
-    def static_int(self, e: ast.Expr, env, what: str, lo: int = 0) -> int:
+    def static_int(self, e: ast.Expr, env, what: str, lo: int | None = 0) -> int:
+        """A static integer >= lo (lo None: any integer, as an axis, whose range
+        the op's verifier checks against the tensor's axes)."""
         v = self.static(e, env, what)
+        want = "an integer" if lo is None else f"an integer >= {lo}"
         if not v.is_number:
-            self.error(e.span, f"{what} must be an integer >= {lo}, got {_fmt(v)}", needs_data=True)
-        if not v.is_finite or v != int(v) or int(v) < lo:
-            self.error(e.span, f"{what} must be an integer >= {lo}, got {_fmt(v)}")
+            self.error(e.span, f"{what} must be {want}, got {_fmt(v)}", needs_data=True)
+        if not v.is_finite or v != int(v) or (lo is not None and int(v) < lo):
+            self.error(e.span, f"{what} must be {want}, got {_fmt(v)}")
         return int(v)
 
     def static_float(self, e: ast.Expr, env, what: str) -> float:
@@ -811,13 +814,13 @@ class Lowerer:
             if ax_e is None:
                 where = "a sync" if name == "sum" else "a gather"
                 self.error(s, f"{name}(x, axis) reduces a feature axis; to reduce over edges use {name}(m) in {where if name == 'mean' else 'a gather'}")
-            axis = self.static_int(ax_e, sc.env, f"{name} axis", lo=-8)
+            axis = self.static_int(ax_e, sc.env, f"{name} axis", lo=None)
             return self.emit(sc, "reduce", [self.expr(e.args[0], sc)], {"fn": name, "axis": axis}, s)
         if name in ("max", "min"):
             self.error(s, f"{name} takes two tensors here; to reduce messages write gather a = {name}(m)")
         if name in ("softmax", "log_softmax"):
             kw = self._nargs(e, 1, 1, ("axis",))
-            axis = self.static_int(kw["axis"], sc.env, "axis", lo=-8) if "axis" in kw else -1
+            axis = self.static_int(kw["axis"], sc.env, "axis", lo=None) if "axis" in kw else -1
             return self.emit(sc, name, [self.expr(e.args[0], sc)], {"axis": axis}, s)
         if name == "concat":
             if len(e.args) < 2 or e.kwargs:
@@ -924,8 +927,10 @@ class Lowerer:
             self.diags.error(ret.span, f"{layer.name} returns {fmt_shape(out.type.shape)} but declares -> "
                              f"{_fmt_decl(layer.result)} = {fmt_shape(want)}")
             return None
-        if out.type.domain != "vertex":
-            self.diags.error(layer.span, f"{layer.name} must return a vertex tensor")
+        if out.type.domain != "vertex":   # at the return (was: at the layer's header)
+            ret = next((s for s in layer.body if isinstance(s, ast.Return)), layer)
+            what = {"param": "a param", "edge": "an edge tensor", "scalar": "a scalar"}.get(out.type.domain)
+            self.diags.error(ret.span, f"{layer.name} must return a vertex tensor" + (f", not {what}" if what else ""))
             return None
         func.results = [out]
         self.funcs[func.name] = func

@@ -89,7 +89,10 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
     if split < 0:
         raise GdslError(f"{where}: split {split} is not available (splits count from 0)")
     if not p.exists():
-        raise GdslError(f"{where}: no such file")
+        # a bare name that is not a path: say which names are built in (was: only "actor: no such file")
+        hint = (f" (the built-in data sets are {' and '.join(BUILTIN)}; other data is a path to an .npz file)"
+                if os.sep not in where and not where.endswith(".npz") else "")
+        raise GdslError(f"{where}: no such file{hint}")
     if p.is_dir():
         raise GdslError(f"{where}: is a directory, not an .npz file")
     if not p.is_file():   # was: /dev/zero read as a pickle, a named pipe waited on forever

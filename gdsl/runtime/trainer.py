@@ -96,14 +96,15 @@ def optimizer_step(opt: torch.optim.Optimizer, epoch: int, error=GdslError) -> N
                     "(try a smaller lr)") from None
 
 
-def accuracy(out: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None) -> float:
-    """Share of correct predictions: argmax over classes, or the sign of a
-    single logit (a bce model with output [] or [1])."""
+def accuracy(out: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None, binary: bool = False) -> float:
+    """Share of correct predictions: argmax over classes, or with `binary`
+    (a bce model: output [] or [1]) the sign of the single logit. A
+    cross_entropy model of one class (C = 1) is argmax: class 0."""
     if mask is not None:
         out, labels = out[mask], labels[mask]
     if labels.numel() == 0:
         return float("nan")
-    if out.dim() == 1 or out.shape[-1] == 1:
+    if binary or out.dim() == 1:
         pred = (out.reshape(-1) > 0).long()
     else:
         pred = out.argmax(-1)
@@ -117,6 +118,25 @@ def accuracy_masks(cfg) -> list[str | None]:
     evals = [m for _, m in cfg.eval]
     lead = [cfg.loss.mask] if cfg.loss is not None and cfg.loss.mask not in evals else []
     return list(dict.fromkeys(lead + evals))
+
+
+def binary_logit(model) -> bool:
+    """Whether accuracy is the sign of one logit (bce's rule: class 1 where
+    the logit is > 0) rather than the argmax over classes."""
+    op = model.loss_op
+    return op is not None and op.attrs["fn"] == "bce"
+
+
+def loss_warning(model) -> str | None:
+    """A loss that cannot train: cross_entropy / nll over a single class
+    (C = 1: the data has one label) is 0 for every output."""
+    op = model.loss_op
+    if op is None or op.attrs["fn"] not in ("cross_entropy", "nll") or not op.operands[0].type.shape:
+        return None
+    if int(op.operands[0].type.shape[-1]) != 1:
+        return None
+    return (f"{op.attrs['fn']} over a single class (the model's output has 1 class: the labels hold one class id) "
+            "is 0 for any output: the params get no gradient from it and do not train")
 
 
 def reports_accuracy(model) -> bool:
@@ -172,12 +192,15 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
         result = TrainResult()
         result.signal = e.signum if isinstance(e, Terminated) else signal.SIGINT
         return result
+    if (warning := loss_warning(model)) is not None:
+        warnings.warn(warning, stacklevel=2)
     result = TrainResult(model=model)
     n_epochs = epochs if epochs is not None else cfg.epochs
     labels = graph.labels
     names = accuracy_masks(cfg)
     if not reports_accuracy(model):
         names = []  # accuracy needs class labels as the loss's target
+    binary = binary_logit(model)
     try:
         for epoch in range(1, n_epochs + 1):
             t0 = time.perf_counter()
@@ -194,7 +217,8 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
             model.eval()
             with torch.no_grad():
                 out = model()
-            metrics = {f"{m or 'all'}_acc": accuracy(out, labels, graph.masks.get(m) if m else None) for m in names}
+            metrics = {f"{m or 'all'}_acc": accuracy(out, labels, graph.masks.get(m) if m else None, binary)
+                       for m in names}
             stats = EpochStats(epoch, loss_value, metrics, time.perf_counter() - t0)
             result.epochs.append(stats)
             if on_epoch:
