@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 from gdsl.diagnostics import CompileError, GdslError, render_all
+from gdsl.runtime.files import discard_stdout
 from gdsl.runtime.signals import Terminated, stop_on_signals
 
 STAGES = ("ast", "ir", "ir-opt")
@@ -531,6 +532,11 @@ def cmd_run(args, parser) -> int:
             parser.error(f"--{flag.replace('_', '-')} needs --np P (a distributed run)")
     args.backend = args.backend or prog.default_backend
     epochs = args.epochs or cfg.epochs
+    if _PROCESS["cap_memory"] and args.backend != "triton" and not os.environ.get("GDSL_NO_MEMORY_CAP"):
+        # a shape too large for this machine fails at its allocation, with a message (was: the kernel's
+        # OOM killer ended the run without one, having filled the machine's memory)
+        from gdsl.runtime.memory import cap_data_to_available
+        cap_data_to_available()
     print(f"gdsl run {args.program}: train '{cfg.name}', model {cfg.model}, data {data} "
           f"(N={graph.num_nodes}, E={graph.num_edges}), backend {args.backend}, seed {args.seed}, {epochs} epochs",
           file=sys.stderr)
@@ -552,7 +558,9 @@ def cmd_run(args, parser) -> int:
     sig = result.signal
     if sig is not None:
         what = "interrupted" if sig == signal.SIGINT else f"terminated ({signal.Signals(sig).name})"
-        print(f"\ngdsl: {what} after {len(result.epochs)} epoch{'s' if len(result.epochs) != 1 else ''}", file=sys.stderr)
+        live = sys.stderr.isatty()   # a newline ends the live progress line (was: a blank line in a log file too)
+        print(f"{chr(10) if live else ''}gdsl: {what} after {len(result.epochs)} epoch{'s' if len(result.epochs) != 1 else ''}",
+              file=sys.stderr)
 
     def summary():
         if f:
@@ -714,7 +722,7 @@ def _dispatch(args, parser, debug: bool) -> int:
         print(f"gdsl: terminated ({e.name})", file=sys.stderr)
         return 128 + e.signum
     except BrokenPipeError:  # `gdsl ... | head`: the reader left; not an error of ours
-        _discard_stdout()
+        discard_stdout()
         return 141
     except OSError as e:   # the file system's answer, not a bug: a name too long, a symlink loop, a full disk
         why = (e.strerror or str(e)).lower()
@@ -722,7 +730,7 @@ def _dispatch(args, parser, debug: bool) -> int:
             print(f"gdsl: error: {e.filename}: {why}", file=sys.stderr)
         else:   # (a print to a full disk names no file)
             print(f"gdsl: error: {why}", file=sys.stderr)
-            _discard_stdout()
+            discard_stdout()
         return 1
     except Exception as e:  # noqa: BLE001 - the one boundary
         oom = _out_of_memory(e) if isinstance(e, RuntimeError) else None
@@ -739,17 +747,11 @@ def _dispatch(args, parser, debug: bool) -> int:
         return 3
 
 
-def _discard_stdout() -> None:
-    """Point stdout at /dev/null, so that what is still buffered for it (the
-    reader left, or the disk is full) does not fail again at exit."""
-    try:
-        fd = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(fd, sys.stdout.fileno())
-    except (OSError, ValueError, AttributeError):
-        pass
+_PROCESS = {"cap_memory": False}   # set by `entry`: the process is gdsl's own, not a caller's (tests, notebooks)
 
 
 def entry() -> None:
+    _PROCESS["cap_memory"] = True
     sys.exit(main())
 
 

@@ -290,8 +290,11 @@ def test_from_edges_arguments(kw, message):
 def test_empty_data_is_named_as_the_datas_problem():
     p = gdsl.compile(GCN)
     empty = gdsl.Graph.from_edges([], [], 0, features=torch.ones(0, 3), labels=torch.zeros(0, dtype=torch.long))
-    with pytest.raises(GdslError, match="needs labels, but the graph has 0 vertices and no label"):
-        p.module(empty)   # was: "GCNConv's static argument 'dout' ... got 0" at the program
+    # was: "GCNConv's static argument 'dout' ... got 0" at the program; then "needs labels, but the graph has
+    # 0 vertices and no label", labels given (empty)
+    with pytest.raises(GdslError, match="the graph has no vertices: the program's input 'Y' binds its class "
+                                        "count from the labels, and there are none"):
+        p.module(empty)
     no_width = gdsl.Graph.from_edges([0], [1], 4, features=torch.ones(4, 0), labels=torch.zeros(4, dtype=torch.long))
     with pytest.raises(GdslError, match=r"input 'X' has an empty feature axis \(its data has shape \[4, 0\]"):
         p.module(no_width)
@@ -301,3 +304,11 @@ def test_missing_masks_are_named_together_the_losss_first():
     g = gdsl.Graph.from_edges([0, 1, 2, 3], [1, 2, 3, 0], 4, features=torch.ones(4, 3), labels=torch.tensor([0, 1, 0, 1]))
     with pytest.raises(GdslError, match="uses masks 'train', 'val', 'test', but the graph has masks: none"):
         gdsl.train(gdsl.compile(GCN), g, backend="reference", epochs=1)
+
+
+def test_from_edges_with_dst_none_says_how_to_pass_an_edge_index():
+    """PyG's habit, from_edges(edge_index, None): was "dst: object arrays are not accepted"."""
+    with pytest.raises(gdsl.GdslError, match=r"dst is None: from_edges\(src, dst, \.\.\.\) takes the two endpoint "
+                                             r"arrays; for a PyG edge_index \[2, E\] write from_edges\(edge_index\[0\]"):
+        gdsl.Graph.from_edges(torch.tensor([[0, 1], [1, 0]]), None, features=torch.randn(2, 3))
+

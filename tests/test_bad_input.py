@@ -141,6 +141,30 @@ def test_a_shape_too_large_for_memory_is_a_user_error(capsys):
     assert rc == 1 and "gdsl: error: out of memory: torch could not allocate" in err
 
 
+def test_shapes_that_fill_the_memory_together_fail_at_an_allocation(tmp_path):
+    """Each tensor fits but together they do not (`--set hidden=100000000` on a
+    small graph): `gdsl run` caps its data size to the memory available, so an
+    allocation fails with the out-of-memory message (was: the kernel's OOM
+    killer ended the run, exit 137, no message, the machine's memory full).
+    Here the process is told 600 MiB are available, and [N, hidden] float32
+    values of 2708 x 20000 are 207 MiB each."""
+    import subprocess
+    import sys
+    script = ("import sys\n"
+              "from gdsl.runtime import memory\n"
+              "real = memory.cap_data_to_available\n"
+              "memory.cap_data_to_available = lambda available=None: real(600 * 2**20)\n"
+              "sys.argv = ['gdsl'] + sys.argv[1:]\n"
+              "from gdsl.cli import entry\n"
+              "entry()\n")
+    r = subprocess.run([sys.executable, "-c", script, "run", str(PROGRAMS / "gcn.gd"), "--set", "hidden=20000",
+                        "--epochs", "1", "--backend", "reference"], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(PROGRAMS.parent)})
+    assert r.returncode == 1, r.stderr
+    assert "gdsl: error: out of memory: torch could not allocate a tensor of 0.2 GiB" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
 def test_seed_out_of_range_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         main(["run", str(PROGRAMS / "gcn.gd"), "--seed", "99999999999999999999999"])
@@ -502,6 +526,7 @@ def test_a_run_stopped_while_binding_writes_its_json(tmp_path, monkeypatch, caps
     assert main(["run", str(PROGRAMS / "gcn.gd"), "--json", str(out), "--save", str(tmp_path / "m.pt")]) == 130
     err = capsys.readouterr().err
     assert "gdsl: interrupted after 0 epochs" in err and "Traceback" not in err
+    assert "\n\n" not in err and not err.startswith("\n"), err   # no blank line: stderr is not a terminal
     assert "--save " + str(tmp_path / "m.pt") + ": not written (no optimizer step was taken)" in err
     assert not (tmp_path / "m.pt").exists()
     data = json.loads(out.read_text())

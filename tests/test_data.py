@@ -235,6 +235,13 @@ def test_unknown_arrays_ignored_with_a_warning(tmp_path, capsys):
     assert "train" not in g.masks and "val" in g.masks
     assert main(["compile", GCN, "--data", str(p)]) == 0
     assert "gdsl: warning:" in capsys.readouterr().err
+    # a member that is not a .npy array is ignored too, and not called an array
+    import zipfile
+    with zipfile.ZipFile(p, "a") as z:
+        z.writestr("readme.txt", "notes\n")
+    with pytest.warns(UserWarning, match=r"ignoring array 'trian_mask' and member 'readme.txt' \(not a .npy array\) "
+                                         r"\(not part of the .npz graph format"):
+        load_graph(p)
 
 
 @pytest.mark.parametrize("shape", [(5,), (2, 5, 1), (0, 5)])

@@ -68,15 +68,26 @@ def test_run_np_save_writes_the_params_as_one_process_holds_them(tmp_path):
     """`--np 2 --save`: rank 0 writes the params; P3's model-parallel layer-1
     weight is assembled from each rank's rows (a rank trains only its rows;
     the other params are data-parallel, the same on every rank). They equal
-    the single-process run's to float rounding."""
+    the single-process run's to float rounding. Run with stdout closed at
+    once (`gdsl run --np 2 ... | head -0`): exit 141 and the file written, its
+    `wrote` line on stderr (was: a traceback of the launcher's output thread,
+    exit 0, and rank 0's later stderr lines lost)."""
     import warnings
 
     import gdsl as g
     from gdsl.runtime.trainer import train
     f = tmp_path / "p.pt"
-    r = gdsl("run", GCN, "--np", "2", "--partition", "features", "--epochs", "3", "--save", str(f))
-    assert r.returncode == 0, r.stderr
-    assert f"wrote {f} (the params after epoch 3, as one process holds them" in r.stderr
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    for k in ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK"):
+        env.pop(k, None)
+    proc = subprocess.Popen([sys.executable, "-m", "gdsl.cli", "run", GCN, "--np", "2", "--partition", "features",
+                             "--epochs", "3", "--save", str(f)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    proc.stdout.close()   # the reader left before the first line
+    err = proc.stderr.read()
+    assert proc.wait(timeout=300) == 141, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+    assert f"wrote {f} (the params after epoch 3, as one process holds them" in err
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         want = train(g.compile(GCN), g.load_graph(None), epochs=3, seed=0, backend="reference").model.state_dict()
@@ -155,6 +166,9 @@ def test_checkpoint_resume_reproduces_the_loss_curve(tmp_path):
     r = gdsl("run", SAGE, "--np", "2", "--partition", "rows", "--epochs", "3", "--checkpoint", str(ck),
              "--checkpoint-every", "3", "--set", "hidden=32")
     assert r.returncode == 0, r.stderr
+    # sage.gd's batch_size/fanout: full-batch, with the warning one process gives (was: none with --np)
+    assert r.stderr.count("gdsl: warning: train block 'products' sets batch_size/fanout, but mini-batch training "
+                          "is not implemented yet: training full-batch instead") == 1, r.stderr
     assert sorted(p.name for p in ck.iterdir()) == ["checkpoint.json", "rank-0.pt", "rank-1.pt"]
     r = gdsl("run", SAGE, "--np", "2", "--partition", "rows", "--epochs", "6", "--resume", str(ck),
              "--json", str(res), "--set", "hidden=32")

@@ -249,6 +249,16 @@ def test_resume_still_reproduces_the_run(checkpoint, tmp_path):
     assert curves[0] == pytest.approx(curves[1], rel=1e-6)
 
 
+@pytest.mark.mpi
+def test_resuming_a_checkpoint_at_or_after_the_last_epoch_is_refused(checkpoint):
+    """Was: "resuming after epoch 1", no epoch trained, the old run's final line, exit 0."""
+    r = gdsl_here("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "1", "--resume", str(checkpoint))
+    assert r.returncode == 1
+    assert errors(r) == [f"gdsl: error: --resume {checkpoint}: the checkpoint is after epoch 1, and this run ends at "
+                         "epoch 1: nothing is left to train (--epochs N with N > 1 trains on from it)"]
+    assert "partitioned in" not in r.stderr
+
+
 # ---------------------------------------------------------------- signals
 
 class Run:

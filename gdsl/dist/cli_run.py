@@ -185,7 +185,7 @@ def check_outputs(args) -> None:
 def _check_resume(args, P: int, prog, graph_key: str | None, plan: str | None) -> None:
     if args.resume:
         from gdsl.dist.run import check_resume, checkpoint_identity
-        check_resume(Path(args.resume), P, checkpoint_identity(prog, graph_key, plan))
+        check_resume(Path(args.resume), P, checkpoint_identity(prog, graph_key, plan), _epochs(args, prog))
 
 
 def run_distributed(args, prog, graph, data) -> int:
@@ -226,7 +226,7 @@ def run_distributed(args, prog, graph, data) -> int:
                 parts = args.parts or (tmp := temp_parts_dir())
                 info = write_partition(prog, graph, spec, P, parts)
                 extra = f", replication factor {info['replication_factor']}" if "replication_factor" in info else ""
-                print(f"gdsl run: {spec.describe()} over {P} ranks; "
+                print(f"gdsl run: {spec.describe()} over {P} rank{'s' if P != 1 else ''}; "
                       f"partitioned in {info['seconds']:.2f} s{extra}", file=sys.stderr)
                 if spec.strategy != "replicate" and (idle := idle_ranks_warning(P, graph.num_nodes)):
                     print(f"gdsl run: warning: {idle}", file=sys.stderr)

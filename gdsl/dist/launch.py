@@ -35,6 +35,7 @@ from pathlib import Path
 
 from gdsl.diagnostics import GdslError
 from gdsl.dist.errors import format_reports, read_reports
+from gdsl.runtime.files import discard_stdout
 from gdsl.runtime.signals import Terminated, stop_on_signals  # noqa: F401 (used by cli_run)
 
 # set by MPICH/Intel MPI (PMI_*), Open MPI (OMPI_*), PMIx, Slurm's srun
@@ -112,6 +113,7 @@ def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | N
                                 start_new_session=True)
         killed: list[str] = []
         printed_error: list[bool] = []
+        closed: list[bool] = []   # our stdout's reader left (`gdsl run --np 2 | head`)
 
         def pump(stream, out):
             for line in stream:
@@ -122,12 +124,19 @@ def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | N
                 if sig:
                     num, name = (sig.group(1), sig.group(2)) if sig.group(1) else (sig.group(4), sig.group(3).strip())
                     killed.append(f"signal {num} ({name})")
-                if _NOISE.match(line):
+                if _NOISE.match(line) or (closed and to is sys.stdout):
                     continue
                 if line.startswith("gdsl: error:"):
                     printed_error.append(True)   # a rank that could not write its report printed it
-                to.write(line)
-                to.flush()
+                try:
+                    to.write(line)
+                    to.flush()
+                except BrokenPipeError:
+                    # (was: this thread died with a traceback, the run exited 0, and rank 0's stderr
+                    # lines after it, `wrote out.json`, were lost): drop stdout, keep draining the ranks
+                    if to is sys.stdout:
+                        closed.append(True)
+                        discard_stdout()
 
         # The rank that died: the first whose process is gone while the others
         # run (hydra's "PID n RUNNING AT" names any of the ranks it stopped)
@@ -148,7 +157,7 @@ def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | N
         for t in threads:
             t.join(10)
         if rc == 0:
-            return 0
+            return 141 if closed else 0   # as `gdsl run | head` (gdsl/cli.py)
         reports = read_reports(run_dir)
         if reports:
             for line in format_reports(reports, P):

@@ -185,11 +185,17 @@ def check_checkpoint(info: dict, directory: Path, size: int, identity: dict | No
         raise GdslError(f"{directory}: cannot resume this checkpoint: {why}")
 
 
-def check_resume(directory: Path, size: int, identity: dict | None) -> dict:
+def check_resume(directory: Path, size: int, identity: dict | None, epochs: int | None = None) -> dict:
     """Everything about a --resume DIR that can be checked before the ranks
-    start: the index, the identity, every rank's file present."""
+    start: the index, the identity, every rank's file present, and (given the
+    run's `epochs`) an epoch left to train."""
     info = read_checkpoint_index(directory)
     check_checkpoint(info, directory, size, identity)
+    done = info.get("epoch")
+    if epochs is not None and isinstance(done, int) and epochs <= done:
+        # (was: "resuming after epoch 6", no epoch trained, and the old run's final line)
+        raise GdslError(f"--resume {directory}: the checkpoint is after epoch {done}, and this run ends at epoch "
+                        f"{epochs}: nothing is left to train (--epochs N with N > {done} trains on from it)")
     for r in range(size):
         path = Path(directory) / f"rank-{r}.pt"
         if not path.is_file():
@@ -382,7 +388,14 @@ def run_rank(args: dict) -> int:
     from gdsl.dist.comm import Comm
     from gdsl.dist.part import load_part, part_path
     from gdsl.runtime.files import finish_run, save_state_dict
-    from gdsl.runtime.trainer import EpochStats, Progress, loss_warning, make_optimizer, write_json
+    from gdsl.runtime.trainer import (
+        EpochStats,
+        Progress,
+        full_batch_warning,
+        loss_warning,
+        make_optimizer,
+        write_json,
+    )
 
     comm = Comm(MPI.COMM_WORLD)
     rank, size = comm.rank, comm.size
@@ -398,8 +411,10 @@ def run_rank(args: dict) -> int:
     seed = args.get("seed", 0)
     model = make_model(prog, part, comm, dims, seed, args.get("backend") or "reference")
     opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
-    if rank == 0 and (warning := loss_warning(model)) is not None:
-        print(f"gdsl: warning: {warning}", file=sys.stderr)
+    if rank == 0:   # (the mini-batch warning was said by one process only)
+        for warning in (full_batch_warning(cfg), loss_warning(model)):
+            if warning is not None:
+                print(f"gdsl: warning: {warning}", file=sys.stderr)
     epochs = args.get("epochs") or cfg.epochs
     history: list[dict] = []
     start = 0
@@ -478,7 +493,7 @@ def _print_summary(history: list, report: bool, part, args, backend: str = "refe
     accs = "  ".join(f"{k} {v:.4f}" for k, v in last.items() if k.endswith("_acc"))
     mean_t = sum(h["time"] for h in history) / len(history)
     print(f"final (epoch {last['epoch']}): loss {last['loss']:.4f}  {accs}  mean epoch {mean_t * 1000:.1f} ms  "
-          f"[{part.spec.describe()}, {part.size} ranks"   # describe() marks an approximate plan
+          f"[{part.spec.describe()}, {part.size} rank{'s' if part.size != 1 else ''}"   # describe() marks an approximate plan
           f"{', ' + backend + ' kernels: ' + ', '.join(sorted(kernels)) if kernels else ''}]")
     if report:
         print("communication per epoch (bytes per rank: max over ranks; total = all ranks):")

@@ -84,6 +84,11 @@ class Graph:
                    train_mask=None, val_mask=None, test_mask=None, masks: dict | None = None,
                    edata: dict | None = None, name: str = "graph", where: str = "graph") -> "Graph":
         """Build a graph from edge lists (numpy arrays, lists or tensors); validated."""
+        for what, x in (("src", src), ("dst", dst)):
+            if x is None:   # (was: "dst: object arrays are not accepted", for PyG's from_edges(edge_index, None))
+                raise GdslError(f"{where}: {what} is None: from_edges(src, dst, ...) takes the two endpoint arrays; "
+                                "for a PyG edge_index [2, E] write from_edges(edge_index[0], edge_index[1], ...) "
+                                "or use Graph.from_pyg(data)")
         src_t = _as_tensor(src, torch.int64, "src", ids=True)
         dst_t = _as_tensor(dst, torch.int64, "dst", ids=True)
         feats = None if features is None else _as_tensor(features, torch.float32, "features", where=where)

@@ -109,8 +109,13 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
             arrays = {}
             unknown = [k for k in z.files if not _known(k)]
             if unknown:   # not read (a typo such as 'trian_mask' would otherwise pass unnoticed)
-                warnings.warn(f"{where}: ignoring array{'s' if len(unknown) > 1 else ''} "
-                              f"{', '.join(repr(k) for k in unknown)} (not part of the .npz graph "
+                npy = set(z.zip.namelist())
+                other = [k for k in unknown if k + ".npy" not in npy]   # a readme.txt: not called an array
+                unknown = [k for k in unknown if k not in other]
+                what = [f"array{'s' if len(unknown) > 1 else ''} {', '.join(repr(k) for k in unknown)}"] * bool(unknown) \
+                    + [f"member{'s' if len(other) > 1 else ''} {', '.join(repr(k) for k in other)} "
+                       "(not a .npy array)"] * bool(other)
+                warnings.warn(f"{where}: ignoring {' and '.join(what)} (not part of the .npz graph "
                               f"format: {', '.join(FORMAT)}, edge_*)", stacklevel=2)
             for k in z.files:
                 if not _known(k):

@@ -42,6 +42,9 @@ def bind_dims(prog: CheckedProgram, graph: Graph, given: dict[str, int] | None =
                                     f"but the data has labels up to {graph.num_classes - 1}")
                 continue
             if graph.num_classes == 0:   # not a dim of 0 further on, reported as the program's
+                if graph.num_nodes == 0:   # (was: "... has 0 vertices and no label", labels given)
+                    raise GdslError(f"{graph.source or graph.name}: the graph has no vertices: the program's input "
+                                    f"'{name}' binds its class count from the labels, and there are none")
                 raise GdslError(f"{graph.source or graph.name}: the program's input '{name}' needs labels, but the "
                                 f"graph has {graph.num_nodes} vertices and no label")
             _bind(dims, declared, graph.num_classes, name, graph, given)

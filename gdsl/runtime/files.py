@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from pathlib import Path
 
 from gdsl.diagnostics import GdslError
@@ -129,3 +130,15 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def discard_stdout() -> None:
+    """Point stdout at /dev/null, so that what is still buffered or written
+    for it (the reader left, or the disk is full) does not fail again, at
+    exit or in `gdsl run --np`'s output pump (gdsl/dist/launch.py)."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError, AttributeError):
+        pass

@@ -50,3 +50,51 @@ def release_free_heap() -> bool:
         return False
     fn(0)
     return True
+
+
+def _meminfo_kib(path: str, keys: tuple[str, ...]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                k, _, rest = line.partition(":")
+                if k in keys:
+                    out[k] = int(rest.split()[0])
+    except (OSError, ValueError, IndexError):
+        return {}
+    return out
+
+
+def cap_data_to_available(available: int | None = None) -> int | None:
+    """Make this process's data limit (RLIMIT_DATA: heap and private
+    writable mappings, where torch's and numpy's tensors live) what it uses
+    now plus the memory available (`MemAvailable` + free swap): a shape too
+    large for the machine then fails at its allocation, reported by `gdsl
+    run` as `out of memory: torch could not allocate ...`, instead of
+    filling the machine until the kernel's OOM killer ends this process (or
+    another one) without a word. Lowers the soft limit only; returns it in
+    bytes, or None where it is not set (not Linux, no /proc, already lower).
+    `available` (bytes) replaces the measured amount (tests)."""
+    try:
+        import resource
+    except ImportError:   # not POSIX
+        return None
+    mine = _meminfo_kib("/proc/self/status", ("VmData",)).get("VmData")
+    if mine is None:
+        return None
+    if available is None:
+        info = _meminfo_kib("/proc/meminfo", ("MemAvailable", "SwapFree"))
+        if "MemAvailable" not in info:
+            return None
+        available = (info["MemAvailable"] + info.get("SwapFree", 0)) * 1024
+    cap = mine * 1024 + int(available)
+    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        cap = min(cap, hard)
+    if soft != resource.RLIM_INFINITY and soft <= cap:
+        return None
+    try:
+        resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+    except (ValueError, OSError):
+        return None
+    return cap

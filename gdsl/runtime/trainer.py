@@ -127,6 +127,15 @@ def binary_logit(model) -> bool:
     return op is not None and op.attrs["fn"] == "bce"
 
 
+def full_batch_warning(cfg) -> str | None:
+    """A train block with batch_size/fanout (mini-batch training is a later
+    issue) is trained full-batch: by one process and by `gdsl run --np`."""
+    if cfg.batch_size is None and cfg.fanout is None:
+        return None
+    return (f"train block '{cfg.name}' sets batch_size/fanout, but mini-batch training is not implemented yet: "
+            "training full-batch instead")
+
+
 def loss_warning(model) -> str | None:
     """A loss that cannot train: cross_entropy / nll over a single class
     (C = 1: the data has one label) is 0 for every output."""
@@ -175,9 +184,8 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
     cfg = program.train
     if cfg is None:
         raise GdslError(f"{program.file}: the program has no train block")
-    if cfg.batch_size is not None or cfg.fanout is not None:
-        warnings.warn(f"train block '{cfg.name}' sets batch_size/fanout, but mini-batch training is not "
-                      "implemented yet: training full-batch instead", stacklevel=2)
+    if (warning := full_batch_warning(cfg)) is not None:
+        warnings.warn(warning, stacklevel=2)
     check_masks(program.checked, graph)
     torch.manual_seed(seed)
     try:
