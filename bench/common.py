@@ -165,6 +165,37 @@ BUDGETS = {"kernel": {"min_reps": 5, "max_reps": 20, "budget_s": 3.0},
            "epoch": {"min_reps": 3, "max_reps": 10, "budget_s": 8.0}}
 
 
+def pick(ap, flag: str, value: str, allowed) -> list[str]:
+    """A comma-separated `flag` value whose every item is one of `allowed`;
+    else the parser's usage error, before anything is measured (was: a
+    KeyError traceback, or an empty report and exit 0)."""
+    allowed = list(allowed)
+    items = [v for v in value.split(",") if v]
+    bad = [v for v in items if v not in allowed]
+    if bad or not items:
+        what = f"unknown {', '.join(map(repr, bad))}" if bad else "nothing given"
+        ap.error(f"{flag}: {what} (choose from {', '.join(allowed)})")
+    return items
+
+
+def check_out(ap, path) -> None:
+    """The report `path` (and the .json next to it) can be written: checked
+    before measuring (was: a traceback after the whole run, its numbers lost)."""
+    import tempfile
+    from pathlib import Path
+
+    path = Path(path)
+    if path.is_dir():
+        ap.error(f"--out {path}: is a directory")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=".bench-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        ap.error(f"--out {path}: cannot write there ({e.strerror or e})")
+
+
 def parse_args(argv=None):
     import argparse
 
@@ -176,7 +207,11 @@ def parse_args(argv=None):
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     a = ap.parse_args(argv)
-    a.ops = [o for o in a.ops.split(",") if o]
+    a.ops = pick(ap, "--ops", a.ops, OPS)
+    import graphs   # (bench/, on the path of every peer script)
+    pick(ap, "--graph", a.graph, graphs.ALL)
+    if a.threads < 1:
+        ap.error(f"--threads must be at least 1, got {a.threads}")
     return a
 
 

@@ -263,6 +263,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     a = ap.parse_args()
+    if a.graph not in graphs.ALL:   # (was: a KeyError traceback)
+        ap.error(f"--graph: unknown {a.graph!r} (choose from {', '.join(graphs.ALL)})")
+    if a.reps < 1 or a.threads < 1:
+        ap.error("--reps and --threads must be at least 1")
     import torch
 
     torch.set_num_threads(a.threads)

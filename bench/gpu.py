@@ -175,6 +175,10 @@ def main() -> None:
     unknown = sorted(set(ops) - set(OPS))
     if unknown:
         ap.error(f"unknown ops {unknown}; known: {', '.join(OPS)}")
+    if a.reps < 1:
+        ap.error(f"--reps must be at least 1, got {a.reps}")
+    out = Path(a.out) if a.out else (HERE / ".cache" / "RESULTS-gpu-smoke.md" if a.smoke else HERE / "RESULTS-gpu.md")
+    common.check_out(ap, out)   # before measuring (was: a traceback after the run, its numbers lost)
 
     import torch
     warnings.filterwarnings("ignore")
@@ -378,8 +382,6 @@ def main() -> None:
             bench_epoch(op)
         free()
 
-    out = Path(a.out) if a.out else (HERE / ".cache" / "RESULTS-gpu-smoke.md" if a.smoke else HERE / "RESULTS-gpu.md")
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(res, indent=1) + "\n")
     out.write_text(report(res))
     print(f"wrote {out} and {out.with_suffix('.json').name}")

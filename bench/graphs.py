@@ -20,7 +20,7 @@ Features, labels and the train mask are deterministic too (``vertex_data``):
 features N x F standard normal float32, labels uniform in [0, C), train mask
 a random half of the vertices.
 
-    python bench/graphs.py uniform 100000 20     # build (or reuse) and describe
+    python bench/graphs.py uniform100k rmat20k   # build (or reuse) and describe (names: FULL, QUICK)
 """
 from __future__ import annotations
 
@@ -205,6 +205,8 @@ def degree_stats(name: str) -> dict:
 
 if __name__ == "__main__":
     names = sys.argv[1:] or list(FULL)
+    if unknown := [nm for nm in names if nm not in ALL]:   # (was: a KeyError traceback)
+        sys.exit(f"graphs.py: unknown graph {', '.join(map(repr, unknown))} (choose from {', '.join(ALL)})")
     for nm in names:
         t = time.perf_counter()
         print(nm, prepare([nm])[nm], degree_stats(nm), f"{time.perf_counter() - t:.1f} s")

@@ -111,8 +111,9 @@ def main() -> None:
         lines.append(f"| {fw} | {r['median_s'] * 1e3:.1f} | {r['min_s'] * 1e3:.1f} | {r['first_s'] * 1e3:.0f} | "
                      f"{ratio} | {r['peak_rss_gib']:.2f} | {r['threads']} |")
     lines += ["", f"Sum of the input gradients (equal when the tie rule agrees): {json.dumps(sums)}", ""]
-    out = HERE / ("RESULTS-maxmin-quick.md" if a.quick else "RESULTS-maxmin.md")
-    out.write_text("\n".join(lines))
+    out = HERE / (".cache/RESULTS-maxmin-quick.md" if a.quick else "RESULTS-maxmin.md")   # quick: not tracked
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}", file=sys.stderr)
 
 

@@ -448,10 +448,17 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="report path (default bench/RESULTS.md; quick: bench/.cache/RESULTS-quick.md)")
     args = ap.parse_args()
     t_start = time.perf_counter()
-    names = args.graphs.split(",") if args.graphs else list(graphs.QUICK if args.quick else graphs.FULL)
-    fws = [f for f in args.frameworks.split(",") if f]
-    ops = [o for o in args.ops.split(",") if o]
+    names = common.pick(ap, "--graphs", args.graphs, graphs.ALL) if args.graphs else \
+        list(graphs.QUICK if args.quick else graphs.FULL)
+    fws = common.pick(ap, "--frameworks", args.frameworks, FRAMEWORKS)
+    ops = common.pick(ap, "--ops", args.ops, common.OPS)
+    if args.threads < 1:
+        ap.error(f"--threads must be at least 1, got {args.threads}")
     out = Path(args.out) if args.out else (graphs.CACHE / "RESULTS-quick.md" if args.quick else HERE / "RESULTS.md")
+    if args.report_only and not out.with_suffix(".json").is_file():
+        ap.error(f"--report-only: no {out.with_suffix('.json')} to rewrite the report from")
+    if not args.report_only:
+        common.check_out(ap, out)
 
     if args.report_only:
         res = json.loads(out.with_suffix(".json").read_text())
