@@ -165,6 +165,22 @@ def test_shapes_that_fill_the_memory_together_fail_at_an_allocation(tmp_path):
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.parametrize("files,room", [
+    ({"/sys/fs/cgroup/memory.max": 8 << 30, "/sys/fs/cgroup/memory.current": 3 << 30}, 5 << 30),   # cgroup v2
+    ({"/sys/fs/cgroup/memory/memory.limit_in_bytes": 4 << 30,
+      "/sys/fs/cgroup/memory/memory.usage_in_bytes": 1 << 30}, 3 << 30),                            # cgroup v1
+    ({"/sys/fs/cgroup/memory/memory.limit_in_bytes": 9223372036854771712,
+      "/sys/fs/cgroup/memory/memory.usage_in_bytes": 1 << 30}, None),                               # v1, no limit
+    ({}, None),
+])
+def test_the_memory_cap_keeps_under_a_containers_limit(monkeypatch, files, room):
+    """/proc/meminfo shows the host's memory; a container's cgroup limit is
+    what its processes may use (else the cgroup's OOM killer ends the run)."""
+    from gdsl.runtime import memory
+    monkeypatch.setattr(memory, "_read_int", files.get)
+    assert memory._cgroup_headroom() == room
+
+
 def test_seed_out_of_range_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         main(["run", str(PROGRAMS / "gcn.gd"), "--seed", "99999999999999999999999"])

@@ -65,10 +65,31 @@ def _meminfo_kib(path: str, keys: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):   # absent, or "max" (cgroup v2: no limit)
+        return None
+
+
+def _cgroup_headroom() -> int | None:
+    """Bytes left under this container's memory limit (cgroup v2, else v1),
+    or None without a limit."""
+    for limit, usage in (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                         ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+                          "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        lim, use = _read_int(limit), _read_int(usage)
+        if lim is not None and use is not None and lim < 2 ** 60:   # v1 writes "no limit" as ~2**63
+            return max(0, lim - use)
+    return None
+
+
 def cap_data_to_available(available: int | None = None) -> int | None:
     """Make this process's data limit (RLIMIT_DATA: heap and private
     writable mappings, where torch's and numpy's tensors live) what it uses
-    now plus the memory available (`MemAvailable` + free swap): a shape too
+    now plus the memory available (`MemAvailable` + free swap, at most what
+    a container's cgroup limit leaves): a shape too
     large for the machine then fails at its allocation, reported by `gdsl
     run` as `out of memory: torch could not allocate ...`, instead of
     filling the machine until the kernel's OOM killer ends this process (or
@@ -87,6 +108,8 @@ def cap_data_to_available(available: int | None = None) -> int | None:
         if "MemAvailable" not in info:
             return None
         available = (info["MemAvailable"] + info.get("SwapFree", 0)) * 1024
+        if (room := _cgroup_headroom()) is not None:   # a container's limit, which /proc/meminfo does not show
+            available = min(available, room)
     cap = mine * 1024 + int(available)
     soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
     if hard != resource.RLIM_INFINITY:
