@@ -290,7 +290,8 @@ def write_report(path: Path, res: dict) -> None:
              "pass), dropout as in the .gd programs (bench/programs/). Times are medians after one warm-up call "
              "(`first_s` in RESULTS.json has that call, which includes lazy setup and JIT compilation).")
     L.append("")
-    L.append("In the tables, `X / DGL` is X's time over DGL's (below 1: faster than DGL). `(adj_t)`: PyG on a "
+    L.append("In the tables, `X / DGL` is X's time over DGL's (below 1: faster than DGL), and `gdsl numba / gdsl "
+             "reference` the generated kernels' time over plain torch's, both measured in this run. `(adj_t)`: PyG on a "
              "sparse CSR adjacency instead of `edge_index` (see Notes). The issue's DGL figures are quoted for "
              "comparison with the DGL times measured here.")
     L.append("")
@@ -305,14 +306,17 @@ def write_report(path: Path, res: dict) -> None:
         L.append("")
         rows = res["rows"].get(g, {})
         fws = [f for f in FRAMEWORKS]
+        # (numba / reference: a ratio measured in the same run even where no peer ran)
         head = "| op | " + " | ".join(LABEL[f] for f in fws) + " | " + \
-               " | ".join(f"{LABEL[f]} / DGL" for f in fws if f != "dgl") + " | issue's DGL figure |"
+               " | ".join(f"{LABEL[f]} / DGL" for f in fws if f != "dgl") + \
+               " | gdsl numba / gdsl reference | issue's DGL figure |"
         L.append(head)
-        L.append("|" + "---|" * (1 + len(fws) + len(fws) - 1 + 1))
+        L.append("|" + "---|" * (1 + len(fws) + len(fws) - 1 + 2))
         for op in common.OPS:
             base = rows.get("dgl", {}).get(op)
             cells = [cell(rows.get(f, {}).get(op)) for f in fws]
             ratios = [ratio(rows.get(f, {}).get(op), base) for f in fws if f != "dgl"]
+            ratios.append(ratio(rows.get("gdsl-numba", {}).get(op), rows.get("gdsl-reference", {}).get(op)))
             tgt = ISSUE_TARGETS.get((g, op))
             L.append(f"| {OP_LABEL[op]} | " + " | ".join(cells) + " | " + " | ".join(ratios) +
                      f" | {fmt_t(tgt) if tgt else ''} |")
