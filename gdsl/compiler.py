@@ -101,7 +101,7 @@ def _reorders_asked(checked: CheckedProgram, module: Module) -> dict[str, tuple[
     return asked
 
 
-def _declined_hints(checked: CheckedProgram, module: Module, declined: dict[str, str]) -> dict[str, tuple[Span, str]]:
+def _declined_hints(checked: CheckedProgram, declined: dict[str, str]) -> dict[str, tuple[Span, str]]:
     """The hints (scope -> span, text) behind the order pass's declines: a
     backward option on a reader of a shared aggregation left sparse-first,
     `sparse_first(backward = dense_first)` included, which `_reorders_asked`
@@ -215,7 +215,7 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
     if "order" in ran and "fuse" in ran and (stop_after is None or stop_after in ran
                                                  and ran.index(stop_after) >= ran.index("order")):
         declined = ctx.options.get("order_declined") or {}
-        asked = {**_declined_hints(checked, module, declined), **asked}
+        asked = {**_declined_hints(checked, declined), **asked}
         if errors := _unapplied_reorders(asked, module, declined):
             raise CompileError(errors, source)
     if stop_after is None and "fuse" in ran:
