@@ -1,4 +1,6 @@
-"""Giving freed C-heap memory back to the operating system.
+"""Giving freed C-heap memory back to the operating system; capping the
+process's data size to the memory available (`cap_data_to_available`,
+used by `gdsl run`).
 
 glibc's malloc serves a freed block of at least M_MMAP_THRESHOLD bytes with
 its own mapping, returned to the system by free(); but each such free raises
@@ -89,11 +91,10 @@ def cap_data_to_available(available: int | None = None) -> int | None:
     """Make this process's data limit (RLIMIT_DATA: heap and private
     writable mappings, where torch's and numpy's tensors live) what it uses
     now plus the memory available (`MemAvailable` + free swap, at most what
-    a container's cgroup limit leaves): a shape too
-    large for the machine then fails at its allocation, reported by `gdsl
-    run` as `out of memory: torch could not allocate ...`, instead of
-    filling the machine until the kernel's OOM killer ends this process (or
-    another one) without a word. Lowers the soft limit only; returns it in
+    a container's cgroup limit leaves): a shape too large for the machine
+    then fails at its allocation, reported by `gdsl run` as `out of memory:
+    torch could not allocate ...`, instead of filling the machine until the
+    kernel's OOM killer ends this process (or another one) without a word. Lowers the soft limit only; returns it in
     bytes, or None where it is not set (not Linux, no /proc, already lower).
     `available` (bytes) replaces the measured amount (tests)."""
     try:
