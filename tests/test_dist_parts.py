@@ -138,3 +138,23 @@ def test_delay_error_names_the_partition_given(given):
     with pytest.raises(GdslError) as e:
         parse_spec(given, delay=3)
     assert str(e.value) == f"delay = 3 applies to vertex_cut (DistGNN cd-r / 0c) only, not to {given}"
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 60), rest=st.sampled_from([(), (1,), (7,), (3, 5)]), chunk=st.integers(1, 200),
+       seed=st.integers(0, 2 ** 31), data=st.data())
+def test_a_ranks_dropout_mask_drawn_in_blocks_is_the_single_process_mask(n, rest, chunk, seed, data):
+    # dist/module.keep_mask_rows draws the [n, *rest] mask `chunk` floats at a time (a rank holds one block, not
+    # the whole graph's mask): its rows / columns must be the one-draw mask's, or distributed dropout is not exact
+    import torch
+
+    from gdsl.dist.module import keep_mask_rows
+    whole = torch.rand((n,) + rest, generator=torch.Generator().manual_seed(seed)) >= 0.4
+    rows = torch.tensor(data.draw(st.permutations(range(n))), dtype=torch.int64)[: data.draw(st.integers(0, n))]
+    got = keep_mask_rows(n, rest, torch.Generator().manual_seed(seed), 0.4, rows=rows, chunk=chunk)
+    assert torch.equal(got, whole.index_select(0, rows))
+    if rest:
+        lo = data.draw(st.integers(0, rest[-1]))
+        hi = data.draw(st.integers(lo, rest[-1]))
+        got = keep_mask_rows(n, rest, torch.Generator().manual_seed(seed), 0.4, cols=(lo, hi), chunk=chunk)
+        assert torch.equal(got, whole[..., lo:hi])

@@ -555,20 +555,12 @@ class DistModule(ReferenceModule):
 
     def _keep_on_host(self, op: Op, x: torch.Tensor, gen: torch.Generator, p: float) -> torch.Tensor:
         t = op.result.type
-        if t.domain == "vertex":
-            if op.result in self.cols_region:  # P3: all rows, this rank's columns
-                lo, hi = self.feature_cols
-                full = torch.rand((self.part.num_nodes,) + tuple(x.shape[1:-1]) + (int(t.shape[-1]),), generator=gen)
-                return full[..., lo:hi] >= p
-            full = torch.rand((self.part.num_nodes,) + tuple(x.shape[1:]), generator=gen)
-            return full.index_select(0, self.row_gid[: x.shape[0]]) >= p
-        if t.domain == "edge":
-            if op.result in self.cols_region:  # P3: every edge (the whole graph), this rank's columns
-                lo, hi = self.feature_cols
-                full = torch.rand((self.part.num_edges,) + tuple(x.shape[1:-1]) + (int(t.shape[-1]),), generator=gen)
-                return full[..., lo:hi] >= p
-            full = torch.rand((self.part.num_edges,) + tuple(x.shape[1:]), generator=gen)
-            return full.index_select(0, self.edge_gid) >= p
+        if t.domain in ("vertex", "edge"):
+            n = self.part.num_nodes if t.domain == "vertex" else self.part.num_edges
+            if op.result in self.cols_region:  # P3: all rows (every edge), this rank's columns
+                return keep_mask_rows(n, tuple(x.shape[1:-1]) + (int(t.shape[-1]),), gen, p, cols=self.feature_cols)
+            rows = self.row_gid[: x.shape[0]] if t.domain == "vertex" else self.edge_gid
+            return keep_mask_rows(n, tuple(x.shape[1:]), gen, p, rows=rows)
         return torch.rand(x.shape, generator=gen) >= p
 
     # ---------------------------------------------------------------- inputs, loss, metrics
@@ -640,3 +632,47 @@ class DistModule(ReferenceModule):
             k = g.numel()
             p.grad = flat[off: off + k].view_as(p).clone()
             off += k
+
+
+# host floats per draw of a dropout mask (16 MiB of float32)
+DRAW_CHUNK = 1 << 22
+
+
+def keep_mask_rows(n: int, rest: tuple, gen: torch.Generator, p: float, rows: torch.Tensor | None = None,
+                   cols: tuple[int, int] | None = None, chunk: int = DRAW_CHUNK) -> torch.Tensor:
+    """Rows `rows` (global ids), or with ``cols=(lo, hi)`` instead every
+    row's columns lo:hi, of the single-process keep mask
+    ``torch.rand((n,) + rest, generator=gen) >= p``, drawn ``chunk`` floats at
+    a time into one buffer: torch's CPU generator fills a tensor one element
+    after another, so consecutive blocks of rows get the very numbers of the
+    one draw (tests/test_dist_parts.py checks it) while a rank holds one
+    block, not the whole [N, F] (or [E, F]) mask; the draw stops after the
+    last row wanted."""
+    inner = int(np.prod(rest, dtype=np.int64))
+    step = max(1, min(n, chunk // max(inner, 1)))
+    buf = torch.empty((step,) + rest)
+    if rows is None:
+        lo, hi = cols
+        out = torch.empty((n,) + rest[:-1] + (hi - lo,), dtype=torch.bool)
+        for s in range(0, n, step):
+            block = buf[: min(n, s + step) - s].uniform_(generator=gen)
+            torch.ge(block[..., lo:hi], p, out=out[s:s + block.shape[0]])
+        return out
+    ordered = bool((rows[1:] > rows[:-1]).all())   # local ids follow global ids: the usual case
+    order = None if ordered else torch.argsort(rows, stable=True)
+    srt = rows if ordered else rows[order]
+    out = torch.empty((rows.shape[0],) + rest, dtype=torch.bool)
+    if rows.shape[0] == 0:
+        return out
+    keep = torch.empty((step,) + rest, dtype=torch.bool)
+    for s in range(0, int(srt[-1]) + 1, step):
+        e = min(n, s + step)
+        torch.ge(buf[: e - s].uniform_(generator=gen), p, out=keep[: e - s])
+        a, b = int(torch.searchsorted(srt, s)), int(torch.searchsorted(srt, e))
+        if a == b:
+            continue
+        if ordered:
+            torch.index_select(keep, 0, srt[a:b] - s, out=out[a:b])
+        else:
+            out[order[a:b]] = keep.index_select(0, srt[a:b] - s)
+    return out
