@@ -254,10 +254,12 @@ def write_report(path: Path, res: dict) -> None:
     L.append("")
     load, threads = res.get("mean_load"), res["threads"]
     # the bench's own process keeps `threads` runnable: a load above that is other work
-    busy = load is None or not load <= threads + 0.5   # (nan: unknown)
+    known = load is not None and load == load   # nan: no measurement ran
+    busy = not known or load > threads + 0.5
     L.append(f"**All timings were taken on a {m['cpus']}-core VM** ({m['cpu']}, {m['memory']} memory, "
              f"{m.get('hypervisor') or 'no'} hypervisor), every framework with {threads} threads. "
-             + ("The machine was shared with other work while this ran (CPU pressure and load below), so times "
+             + ("No measurement ran, so no load was recorded." if not known else
+                "The machine was shared with other work while this ran (CPU pressure and load below), so times "
                 "carry noise; compare within a run, and see the CPU-time tables: where CPU time is close to wall "
                 "time, the process got about one core's worth of the two."
                 if busy else
@@ -270,7 +272,8 @@ def write_report(path: Path, res: dict) -> None:
              + ", ".join(f"{k} {v}" for k, v in m["caches"].items()))
     L.append(f"- Memory: {m['memory']}; kernel {m['kernel']}")
     L.append(f"- CPU pressure (/proc/pressure/cpu, `some`): at start `{res['pressure'][0]}`; at end `{res['pressure'][1]}`; "
-             f"mean 1-min load average during the measurements {res['mean_load']:.1f} on {m['cpus']} CPUs")
+             + (f"mean 1-min load average during the measurements {load:.1f} on {m['cpus']} CPUs"
+                if known else "no measurement ran, so no load average"))
     L.append(f"- STREAM triad: **{tri.get('gbs', float('nan')):.1f} GB/s** (best of: Numba prange on "
              f"{tri.get('numba_threads', '?')} threads {tri.get('numba_gbs', float('nan')):.1f} GB/s; numpy, one thread, "
              f"{tri.get('numpy_1thread_gbs', float('nan')):.1f} GB/s), arrays of {tri.get('array_mib', 0):.0f} MiB")
