@@ -323,7 +323,7 @@ CASES = [
     ('schedule-hint-twice', 'gat.gd', '    order     = auto\n', '    order     = auto\n    order     = dense_first\n',
      '40:5', "schedule hint 'order' is given twice"),
     ('order-hint-call-zero', 'gat.gd', '    order     = auto\n', '    order GATConv#0 = dense_first\n',
-     '39:5', '(calls count from #1)'),
+     '39:5', 'order hint for GATConv#0: calls are numbered from #1 (the model calls GATConv 2 times)'),
     ('delay-with-a-row-partition', 'gat.gd', '    partition = auto\n', '    partition = rows(hash)\n    delay     = 3\n',
      '39:17', 'delay = 3 cannot hold for partition = rows(hash)'),
     ('edge-labels-reported-once', 'gcn.gd', 'input Y : vertex label[C]', 'input Y : edge label[C]',

@@ -360,8 +360,11 @@ class Lowerer:
                 self.diags.error(h.span, f"order hint names unknown layer '{h.layer}'")
             elif not 1 <= h.occurrence <= self.call_count.get(h.layer, 0):
                 n = self.call_count.get(h.layer, 0)
-                self.diags.error(h.span, f"order hint for {h.layer}#{h.occurrence}, but the model calls {h.layer} "
-                                 f"{n} time{'s' if n != 1 else ''} (calls count from #1)")
+                times = f"{n} time{'s' if n != 1 else ''}"
+                self.diags.error(h.span, f"order hint for {h.layer}#{h.occurrence}: calls are numbered from #1 "
+                                 f"(the model calls {h.layer} {times})" if h.occurrence < 1 else
+                                 f"order hint for {h.layer}#{h.occurrence}, but the model calls {h.layer} {times} "
+                                 f"(calls count from #1)")
             else:
                 call = calls.get(f"{h.layer}_{h.occurrence}")
                 if call is not None:
