@@ -80,7 +80,7 @@ def _configs(P: int) -> list[dict]:
     return out
 
 
-def run_driver(P: int, configs: list[dict], timeout: int = 1500, env: dict | None = None) -> list[dict]:
+def run_driver(P: int, configs: list[dict], timeout: int = 600, env: dict | None = None) -> list[dict]:
     # keep what the caller's PYTHONPATH adds (packages carried to a GPU machine)
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": path, **(env or {})}

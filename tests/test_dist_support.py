@@ -1,0 +1,39 @@
+"""gdsl/dist/support.py's refusals, decided on the IR without ranks: what a
+plan cannot run exactly must be refused (by every rank before any
+communication, and by `partition = auto`). The 1.5D refusal of reductions
+over outgoing edges had no test: 1.5D completes a partial aggregate with an
+all-reduce over the process row, whose members hold different fetched
+blocks, so a to = src reduction cannot be completed that way."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import gdsl
+from gdsl.diagnostics import GdslError
+from gdsl.dist.support import check_supported
+from helpers import random_graph
+
+ROOT = Path(__file__).resolve().parent.parent
+
+TO_SRC = (ROOT / "programs" / "gcn.gd").read_text().replace("gather    a = sum(m)", "gather    a = sum(m, to = src)")
+
+
+def _module(src):
+    return gdsl.compile(src).bind(random_graph(n=30, e=120, f=5, c=3, seed=1)).module
+
+
+def test_1_5d_refuses_a_reduction_over_outgoing_edges():
+    assert "to = src" in TO_SRC
+    module = _module(TO_SRC)
+    with pytest.raises(GdslError, match=r"reductions over outgoing edges \(to = src\) are not implemented for 1.5D"):
+        check_supported("rows_replicated", module)
+    check_supported("rows", module)          # 1D sends the halo's partials to their owners
+    check_supported("vertex_cut", module)    # the split-vertex tree combines either direction
+    with pytest.raises(GdslError, match=r"partition = redistribute .*cannot run"):
+        check_supported("redistribute", module)
+
+
+def test_the_same_program_over_incoming_edges_runs_on_1_5d():
+    check_supported("rows_replicated", _module((ROOT / "programs" / "gcn.gd").read_text()))
