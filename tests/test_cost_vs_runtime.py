@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from gdsl.cost import symbols as sy
 from gdsl.cost.problem import OrderConfig, Problem
-from gdsl.cost.strategies import rows
+from gdsl.cost.strategies import features, rows
 
 sys.path.insert(0, str(Path(__file__).parent))
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,6 +53,7 @@ def _measured_configs(P: int) -> list[dict]:
         out.append({**base, "plan": "rows(hash)", "epochs": 2, "traffic": True})
     else:
         out += [{**base, "plan": "vertex_cut", "delay": d, "epochs": 6, "traffic": "all"} for d in (0, 2)]
+        out.append({**base, "plan": "features", "epochs": 2, "traffic": True})
     return out
 
 
@@ -95,6 +97,27 @@ def test_predicted_words_equal_measured_bytes_over_4(P):
     ar = [op for op in cost.ops if op.op == "allreduce"]
     biases = 16 + dims["C"]
     assert measured["allreduce param grads"]["recv"][0] == 4 * (sum(int(op.words) for op in ar) + biases)
+
+
+@pytest.mark.mpi
+def test_p3_all_reduces_only_the_data_parallel_weight_gradients():
+    """P3 (§3.2): layer 1 is model-parallel, each rank holds its F/P rows of
+    W^1 and their gradient, so the one gradient all-reduce carries layer 2's
+    weights (the model's f_h f_out words, CAGNET §IV-A-4) and the two biases,
+    never the F x f_h layer-1 weights (a mutant that all-reduced them trained
+    the same losses)."""
+    pytest.importorskip("mpi4py")
+    from test_dist import MPIEXEC
+    if MPIEXEC is None:
+        pytest.skip("no mpiexec")
+    graph, dims, _, _, _ = _program_orders()
+    measured = _measured(2)[("features", 0)]["comm"]
+    cost = features(Problem(N=graph.num_nodes, E=graph.num_edges, P=2, widths=(dims["F"], 16, dims["C"])),
+                    halo=sy.S)
+    [ar] = [op for op in cost.ops if op.op == "allreduce"]
+    assert int(ar.words) == 16 * dims["C"]
+    for r in range(2):
+        assert measured["allreduce param grads"]["recv"][r] == 4 * (int(ar.words) + 16 + dims["C"])
 
 
 @pytest.mark.mpi
