@@ -1,0 +1,80 @@
+"""The trainer's bookkeeping: the summary of a run, the metrics, the optimizer
+defaults and the seed (mutation audit: none of these was pinned exactly)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import gdsl
+from gdsl.runtime.trainer import EpochStats, TrainResult, _summarise, accuracy, make_optimizer
+from helpers import random_graph
+
+ROOT = Path(gdsl.__file__).resolve().parent.parent
+GCN = (ROOT / "programs" / "gcn.gd").read_text()
+
+
+def test_summary_picks_the_earliest_best_val_epoch():
+    """final: the last epoch, the mean epoch time, and the best epoch by val_acc, the earliest of a tie."""
+    accs = [0.5, 0.8, 0.8, 0.6]
+    r = TrainResult(epochs=[EpochStats(i + 1, 1.0 / (i + 1), {"val_acc": a, "test_acc": a / 2}, 0.1 * (i + 1))
+                            for i, a in enumerate(accs)])
+    _summarise(r)
+    assert r.final["epoch"] == 4 and r.final["loss"] == 0.25 and r.final["val_acc"] == 0.6
+    assert r.final["mean_epoch_time"] == pytest.approx(0.25)
+    assert r.final["best_val_epoch"] == 2
+    assert r.final["best_val/val_acc"] == 0.8 and r.final["best_val/test_acc"] == 0.4
+
+
+def test_summary_without_val_has_no_best():
+    r = TrainResult(epochs=[EpochStats(1, 2.0, {"test_acc": 0.5}, 0.2)])
+    _summarise(r)
+    assert r.final == {"epoch": 1, "loss": 2.0, "test_acc": 0.5, "mean_epoch_time": 0.2}
+
+
+def test_accuracy_argmax_and_binary_sign():
+    out = torch.tensor([[0.1, 0.9], [2.0, -1.0], [0.0, 3.0], [5.0, 4.0]])
+    labels = torch.tensor([1, 0, 0, 0])
+    assert accuracy(out, labels, None) == 0.75
+    assert accuracy(out, labels, torch.tensor([False, False, True, True])) == 0.5
+    # bce: class 1 where the single logit is > 0 (0 itself is class 0)
+    logit = torch.tensor([-1.0, 2.0, 0.0, 0.5, -0.3])
+    assert accuracy(logit, torch.tensor([0, 1, 0, 1, 0]), None, binary=True) == 1.0
+    assert accuracy(logit.reshape(-1, 1), torch.tensor([1, 0, 1, 0, 1]), None, binary=True) == 0.0
+
+
+def test_optimizer_defaults_are_torchs():
+    p = [torch.nn.Parameter(torch.zeros(3))]
+    adam = make_optimizer("adam", {"lr": 0.01}, p)
+    assert isinstance(adam, torch.optim.Adam) and adam.param_groups[0]["betas"] == (0.9, 0.999)
+    adamw = make_optimizer("adamw", {"lr": 0.01, "beta2": 0.98}, p)
+    assert isinstance(adamw, torch.optim.AdamW) and adamw.param_groups[0]["betas"] == (0.9, 0.98)
+    sgd = make_optimizer("sgd", {"lr": 0.1, "momentum": 0.9, "nesterov": 1.0}, p)
+    assert sgd.param_groups[0]["nesterov"] is True and sgd.param_groups[0]["momentum"] == 0.9
+
+
+def test_seed_decides_the_initial_params():
+    """train(seed=s) draws the params after torch.manual_seed(s): without dropout, the first epoch's loss is
+    the loss of a module built after torch.manual_seed(s), and another seed gives another loss."""
+    g = random_graph(n=20, e=60, f=5, c=3)
+    prog = gdsl.compile(GCN.replace("model GCN[hidden = 16, p = 0.5]", "model GCN[hidden = 16, p = 0.0]"))
+    first = {s: gdsl.train(prog, g, backend="reference", epochs=1, seed=s).epochs[0].loss for s in (1, 2)}
+    torch.manual_seed(2)
+    m = prog.module(g, backend="reference")
+    m.train()
+    assert first[2] == pytest.approx(float(m.loss(m()).detach()), rel=1e-6)
+    assert first[1] != pytest.approx(first[2], rel=1e-4)
+
+
+def test_nonfinite_loss_stops_training():
+    """An infinite loss (not only NaN) raises Diverged at that epoch, with the epochs before it kept."""
+    from gdsl.runtime.trainer import Diverged
+    g = random_graph(n=20, e=60, f=5, c=3)
+    g.features = g.features * 1e30   # mse of outputs ~1e30: the squares overflow float32 to inf
+    src = GCN.replace("loss      = cross_entropy(Y, mask = train)", "loss      = mse(X, mask = train)").replace(
+        "return GCNConv[C](h)", "return GCNConv[F](h)")
+    src = src.replace("    eval      = accuracy(mask = val), accuracy(mask = test)\n", "")   # accuracy of an f32 target
+    with pytest.raises(Diverged, match=r"epoch 1: the loss is inf before any optimizer step") as e:
+        gdsl.train(gdsl.compile(src), g, backend="reference", epochs=2)
+    assert e.value.result.epochs == [] and e.value.result.steps == 0
