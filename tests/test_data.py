@@ -768,3 +768,14 @@ def test_features_dim_mismatch_with_fixed_program(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 1 and "'X'" in err and "7" in err and "3" in err and str(data) in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"edata": {"w": torch.tensor(1.0)}}, r"edge data 'w' must have one row per edge \(2\), got shape \[\]"),  # was IndexError
+    ({"edata": {"w": 1.0}}, r"edge data 'w' must have one row per edge \(2\), got shape \[\]"),   # was "has 1 rows"
+    ({"labels": np.array(3)}, r"labels must have one entry per vertex \(2\), got shape \[\]"),    # was "[1]"
+    ({"features": np.array(2.0)}, r"features must be \[N=2, F\], got \[\]"),
+])
+def test_from_edges_names_a_0d_array_as_such(kwargs, message):
+    with pytest.raises(GdslError, match=message):
+        Graph.from_edges([0, 1], [1, 0], 2, **kwargs)

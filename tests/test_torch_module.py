@@ -159,7 +159,8 @@ BAD_FIELDS = [   # a field assigned after Graph.from_edges, and the error module
     (lambda g: g.masks.__setitem__("train", g.masks["train"].long()), r"mask 'train' must be a bool tensor \(a 0/1"),
     (lambda g: setattr(g, "train_mask", torch.ones(3, dtype=torch.bool)), "mask 'train' must have one entry per vertex"),
     (lambda g: g.ndata.__setitem__("P", torch.randn(4, 2)), "vertex data 'P' must have one row per vertex"),
-    (lambda g: g.edata.__setitem__("w", torch.ones(g.num_edges - 1)), r"edge data 'w' has (\d+) rows for \d+ edges"),
+    (lambda g: g.edata.__setitem__("w", torch.ones(g.num_edges - 1)), r"edge data 'w' must have one row per edge \(\d+\), got shape \[\d+\]"),
+    (lambda g: g.edata.__setitem__("w", torch.tensor(2.0)), r"edge data 'w' must have one row per edge \(\d+\), got shape \[\]"),   # was IndexError
 ]
 
 

@@ -197,7 +197,7 @@ class Graph:
                 raise GdslError(f"{where}: vertex data '{k}' contains NaN or inf")
         for k, v in self.edata.items():
             if v.dim() < 1 or v.shape[0] != e:
-                raise GdslError(f"{where}: edge data '{k}' has {v.shape[0]} rows for {e} edges")
+                raise GdslError(f"{where}: edge data '{k}' must have one row per edge ({e}), got shape {list(v.shape)}")
             if not torch.isfinite(v).all():
                 raise GdslError(f"{where}: edge data '{k}' contains NaN or inf")
 
@@ -314,7 +314,7 @@ def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str =
             arr = arr.astype(np.int64)  # an empty list
         if arr.dtype.kind not in "biuf":
             raise GdslError(f"{what}: expected numbers, got dtype {arr.dtype}")
-        t = torch.from_numpy(np.ascontiguousarray(arr))
+        t = torch.from_numpy(np.asarray(arr, order="C"))   # (ascontiguousarray makes a 0-d array [1])
     if dtype == torch.int64 and t.numel() == 0 and t.is_floating_point():
         t = t.long()   # torch.tensor([]) is float32: an empty edge list
     if t.dtype == torch.uint64 and bool((t.view(torch.int64) < 0).any()):   # would wrap to a negative id
