@@ -267,3 +267,22 @@ def test_a_first_layer_of_no_arguments_is_planned_from_the_features(tmp_path):
     code, out, err = run_gdsl(["plan", str(p), "--data", "cora", "--np", "2"])
     assert code == 0, err
     assert "layer widths [1433, 16, 7]" in out
+
+
+def test_the_recorded_runner_up_fits_the_memory_per_rank():
+    """`gdsl compile --np P --mem-per-rank M` records as runner-up the next
+    plan that fits M, never one over it: with M = the chosen plan's own
+    memory, nothing else on Cora at P = 4 fits (the others hold more)."""
+    gcn = str(ROOT / "programs" / "gcn.gd")
+
+    def plan_attr(*extra):
+        code, out, err = run_gdsl(["compile", gcn, "--data", "cora", "--np", "4", *extra])
+        assert code == 0, err
+        return re.search(r"plan=\{(.*?)\}", out.splitlines()[0]).group(1)
+
+    free = plan_attr()
+    assert re.search(r'runner_up="[^"]+"', free), free            # without a limit there is one
+    mem = re.search(r"memory_per_rank_bytes=(\d+)", free).group(1)
+    tight = plan_attr("--mem-per-rank", mem)
+    assert re.search(r'strategy="([^"]+)"', tight).group(1) == re.search(r'strategy="([^"]+)"', free).group(1)
+    assert "runner_up=none" in tight, tight
