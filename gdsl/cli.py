@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -40,6 +41,17 @@ def _seed(text: str) -> int:
 def _positive(text: str) -> int:
     """A count of epochs (--log-every, --checkpoint-every): an integer >= 1."""
     return _int_arg(text, 1, None, "must be at least 1")
+
+
+def _seconds(text: str) -> float:
+    """--comm-timeout: seconds >= 0 (0: no limit)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of seconds: {text!r}") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0 (0: no limit), got {text}")
+    return v
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -90,6 +102,10 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--checkpoint", metavar="DIR", help="save every rank's state to DIR (atomically)")
     d.add_argument("--checkpoint-every", type=_positive, metavar="K", help="with --checkpoint: every K epochs (default 10)")
     d.add_argument("--resume", metavar="DIR", help="continue from the checkpoint in DIR")
+    from gdsl.dist.worker import COMM_TIMEOUT
+    d.add_argument("--comm-timeout", type=_seconds, metavar="SECONDS",
+                   help="stop the run with an error when a rank waits longer than this in one MPI call: another "
+                        f"rank is stuck or out of step (default {COMM_TIMEOUT:g}; 0: no limit)")
 
     pa = sub.add_parser("partition", help="write per-rank partition files for `gdsl run --np P --parts DIR`")
     common(pa)
@@ -527,7 +543,8 @@ def cmd_run(args, parser) -> int:
     if args.np_ is not None or under_launcher():
         from gdsl.dist.cli_run import run_distributed
         return run_distributed(args, prog, graph, data)
-    for flag in ("parts", "report", "checkpoint", "resume", "partition", "delay", "halo", "mem_per_rank"):
+    for flag in ("parts", "report", "checkpoint", "resume", "partition", "delay", "halo", "mem_per_rank",
+                 "comm_timeout"):
         if getattr(args, flag) is not None:   # was: --halo and --mem-per-rank ignored
             parser.error(f"--{flag.replace('_', '-')} needs --np P (a distributed run)")
     args.backend = args.backend or prog.default_backend

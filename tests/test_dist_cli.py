@@ -157,6 +157,28 @@ def test_the_rank_that_died_is_named_among_four(tmp_path):
     assert "gdsl: error: rank 2 died (signal 9 (Killed)); all 4 ranks were stopped" in r.stderr, r.stderr
 
 
+def test_a_rank_that_never_joins_a_collective_stops_the_run_with_its_name(tmp_path):
+    """--comm-timeout: rank 0 hangs outside MPI at epoch 3 (alive, never
+    joining again); ranks 1 and 2 wait in the next collective. Was: the run
+    waited for ever (a dead rank was noticed, a live one never)."""
+    prog = tmp_path / f"gcn_hang_{os.getpid()}.gd"   # a unique path: find this run's workers, not others'
+    prog.write_text(Path(GCN).read_text())
+    t0 = time.monotonic()
+    r = gdsl("run", str(prog), "--np", "3", "--partition", "rows", "--epochs", "50", "--comm-timeout", "2",
+             env={"GDSL_TEST_HANG_AT": "0:3"}, timeout=120)
+    took = time.monotonic() - t0
+    assert r.returncode == 1, r.stderr
+    assert "gdsl: error: ranks 1, 2: waited 2 s in alltoallv '" in r.stderr, r.stderr
+    assert "(epoch 3, MPI call #" in r.stderr and "(--comm-timeout sets the limit)" in r.stderr
+    assert "gdsl: error: rank 0 never joined: busy or hung outside MPI" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and "BAD TERMINATION" not in r.stdout + r.stderr
+    assert "epoch  2/50" in r.stdout + r.stderr and "epoch  3/50" not in r.stdout + r.stderr
+    assert took < 60   # start-up included: the limit (2 s) and the grace for the other reports (2 s)
+    time.sleep(1)
+    ps = subprocess.run(["pgrep", "-f", str(prog)], capture_output=True, text=True)
+    assert ps.stdout.strip() == "", "worker processes left behind"
+
+
 def test_checkpoint_resume_reproduces_the_loss_curve(tmp_path):
     ck = tmp_path / "ck"
     full = tmp_path / "full.json"

@@ -105,7 +105,8 @@ def worker_args(args, prog, parts: str) -> dict:
             "epochs": args.epochs, "seed": args.seed, "json": args.json, "save": getattr(args, "save", None),
             "report": args.report,
             "checkpoint": args.checkpoint, "checkpoint_every": args.checkpoint_every, "resume": args.resume,
-            "log_every": args.log_every, "backend": getattr(args, "backend", None) or "reference"}
+            "log_every": args.log_every, "backend": getattr(args, "backend", None) or "reference",
+            "comm_timeout": getattr(args, "comm_timeout", None)}
 
 
 def _check_existing(parts: Path, P: int, prog, graph, partition: str | None, delay=None,

@@ -18,8 +18,10 @@ Counting rules per collective:
 """
 from __future__ import annotations
 
+import threading
 import time
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,6 +37,64 @@ def mpi():
         from mpi4py import MPI  # noqa: PLC0415
         _MPI = MPI
     return _MPI
+
+
+class Watchdog:
+    """What this rank is waiting for in MPI, and since when: the blocking
+    calls run inside `waiting(what)`, and the thread `start_watchdog` starts
+    (gdsl/dist/worker.py, `--comm-timeout`) stops the run when one call has
+    waited longer than the limit. A collective returns when every rank has
+    joined it, so a long wait means another rank is stuck (a deadlock, a
+    hung file system) or out of step (it called another collective): the
+    case MPI itself never reports (a dead rank is noticed by the process
+    manager). Only the time spent inside MPI counts, never a long epoch's
+    computation; `where` (the epoch) is set by the training loop."""
+
+    def __init__(self) -> None:
+        self.what: str | None = None
+        self.since = 0.0
+        self.where = "start-up"
+        self.calls = 0   # blocking calls entered so far (ranks out of step report different counts)
+
+    @contextmanager
+    def waiting(self, what: str):
+        self.what, self.since = what, time.monotonic()
+        self.calls += 1
+        try:
+            yield
+        finally:
+            self.what = None
+
+    def overdue(self, timeout: float) -> str | None:
+        """The message when the current call has waited `timeout` s or more, else None."""
+        what, since = self.what, self.since
+        if what is None or time.monotonic() - since < timeout:
+            return None
+        return (f"waited {timeout:g} s in {what} ({self.where}, MPI call #{self.calls}) for ranks that did not "
+                "join it: a rank is stuck or out of step with the others; all ranks were stopped "
+                "(--comm-timeout sets the limit)")
+
+
+WATCHDOG = Watchdog()
+waiting = WATCHDOG.waiting
+
+
+def start_watchdog(timeout: float, on_timeout, stop: threading.Event | None = None) -> threading.Thread:
+    """A daemon thread that calls `on_timeout(message)` once when a blocking
+    MPI call of this process has waited `timeout` seconds (WATCHDOG), until
+    `stop` is set."""
+    stop = stop or threading.Event()
+
+    def watch():
+        while not stop.wait(min(1.0, timeout / 4)):
+            msg = WATCHDOG.overdue(timeout)
+            if msg is not None:
+                on_timeout(msg)
+                return
+
+    t = threading.Thread(target=watch, name="gdsl-comm-watchdog", daemon=True)
+    t.start()
+    return t
 
 
 @dataclass
@@ -119,7 +179,8 @@ class Comm:
         rd = np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.int64)
         dt = MPI.FLOAT if send.dtype == torch.float32 else MPI.DOUBLE
         t0 = time.perf_counter()
-        self.comm.Alltoallv([_np(send), (sc, sd), dt], [out.numpy(), (rc, rd), dt])
+        with waiting(f"alltoallv '{label}'"):
+            self.comm.Alltoallv([_np(send), (sc, sd), dt], [out.numpy(), (rc, rd), dt])
         dt_s = time.perf_counter() - t0
         me, b = self.rank, send.element_size()
         self.stats.add("alltoallv", label, (sc.sum() - sc[me]) * b, (rc.sum() - rc[me]) * b, dt_s)
@@ -135,7 +196,8 @@ class Comm:
         c = rows * row
         d = np.concatenate([[0], np.cumsum(c)[:-1]]).astype(np.int64)
         t0 = time.perf_counter()
-        self.comm.Allgatherv(_np(x), [out.numpy(), (c, d), MPI.FLOAT])
+        with waiting(f"allgatherv '{label}'"):
+            self.comm.Allgatherv(_np(x), [out.numpy(), (c, d), MPI.FLOAT])
         dt_s = time.perf_counter() - t0
         b = x.element_size()
         self.stats.add("allgatherv", label, c[self.rank] * (self.size - 1) * b, (c.sum() - c[self.rank]) * b, dt_s)
@@ -150,7 +212,8 @@ class Comm:
         out = x.new_empty((int(rows[self.rank]),) + tuple(x.shape[1:]))
         c = rows * row
         t0 = time.perf_counter()
-        self.comm.Reduce_scatter(_np(x), out.numpy(), c, MPI.SUM)
+        with waiting(f"reduce_scatter '{label}'"):
+            self.comm.Reduce_scatter(_np(x), out.numpy(), c, MPI.SUM)
         dt_s = time.perf_counter() - t0
         b = x.element_size()
         self.stats.add("reduce_scatter", label, (c.sum() - c[self.rank]) * b, c[self.rank] * (self.size - 1) * b, dt_s)
@@ -166,7 +229,8 @@ class Comm:
         if self.size > 1:
             mop = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
             t0 = time.perf_counter()
-            self.comm.Allreduce(MPI.IN_PLACE, x.detach().numpy(), mop)
+            with waiting(f"allreduce '{label}'"):
+                self.comm.Allreduce(MPI.IN_PLACE, x.detach().numpy(), mop)
             nbytes = x.numel() * x.element_size()
             self.stats.add("allreduce", label, nbytes, nbytes, time.perf_counter() - t0)
         return x
@@ -177,8 +241,10 @@ class Comm:
             return list(values)
         MPI = mpi()
         buf = np.asarray(values, dtype=np.float64)
-        self.comm.Allreduce(MPI.IN_PLACE, buf, {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op])
+        with waiting("allreduce of the loss and accuracy counts"):
+            self.comm.Allreduce(MPI.IN_PLACE, buf, {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op])
         return buf.tolist()
 
     def barrier(self) -> None:
-        self.comm.Barrier()
+        with waiting("barrier"):
+            self.comm.Barrier()

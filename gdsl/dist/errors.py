@@ -53,6 +53,33 @@ def report(rank: int, message: str, all_ranks: bool, run_dir: str | None, locate
         pass
 
 
+def mark_waiting(run_dir: str, rank: int) -> None:
+    """This rank stopped the run after waiting --comm-timeout seconds in an
+    MPI call (gdsl/dist/worker.py, `_stop_waiting`)."""
+    try:
+        with open(os.path.join(run_dir, f"rank-{rank}.waiting"), "w"):
+            pass
+    except OSError:
+        pass
+
+
+def not_joined(run_dir: str, reports: dict, P: int) -> str | None:
+    """When every rank that reported timed out waiting in MPI (--comm-timeout)
+    and some ranks did not: the line naming those, which were not in any
+    MPI call (the ranks out of step with the others report where they
+    waited, as the others do). Else None."""
+    try:
+        waiting = {int(n[5:-8]) for n in os.listdir(run_dir) if n.startswith("rank-") and n.endswith(".waiting")}
+    except (OSError, ValueError):
+        return None
+    if not waiting or not set(reports) <= waiting or len(waiting) >= P:
+        return None
+    rest = [r for r in range(P) if r not in waiting]
+    who = f"rank {rest[0]}" if len(rest) == 1 else f"ranks {', '.join(map(str, rest))}"
+    return (f"gdsl: error: {who} never joined: busy or hung outside MPI for that long (a deadlock, a hung "
+            "file system, an endless loop)")
+
+
 def read_reports(run_dir: str) -> dict[int, tuple[str, bool, bool]]:
     """rank -> (message, all_ranks, located) of the ranks that reported a failure."""
     out: dict[int, tuple[str, bool, bool]] = {}

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from gdsl.diagnostics import GdslError
-from gdsl.dist.comm import Comm, host
+from gdsl.dist.comm import Comm, host, waiting
 
 
 def as_tensor(a: np.ndarray, device: torch.device | str, dtype=None) -> torch.Tensor:
@@ -233,7 +233,8 @@ class BlockBcast(torch.autograd.Function):
             # a host buffer (a GPU rank's block is staged through it: comm.host)
             buf = host(x).clone() if q == my_block else torch.empty((rows,) + tuple(x.shape[1:]), dtype=x.dtype)
             t0 = time.perf_counter()
-            comm.comm.Bcast([buf.numpy(), MPI.FLOAT], root=q)
+            with waiting(f"bcast '{label} fwd'"):
+                comm.comm.Bcast([buf.numpy(), MPI.FLOAT], root=q)
             nbytes = buf.numel() * 4
             comm.stats.add("bcast", label + " fwd", nbytes * (comm.size - 1) if q == my_block else 0,
                            0 if q == my_block else nbytes, time.perf_counter() - t0)
@@ -252,8 +253,9 @@ class BlockBcast(torch.autograd.Function):
             off += rows
             recv = torch.empty_like(part) if q == ctx.my_block else None
             t0 = time.perf_counter()
-            comm.comm.Reduce([part.numpy(), MPI.FLOAT], None if recv is None else [recv.numpy(), MPI.FLOAT],
-                             op=MPI.SUM, root=q)
+            with waiting(f"reduce '{ctx.label} bwd'"):
+                comm.comm.Reduce([part.numpy(), MPI.FLOAT], None if recv is None else [recv.numpy(), MPI.FLOAT],
+                                 op=MPI.SUM, root=q)
             nbytes = part.numel() * 4
             comm.stats.add("reduce", ctx.label + " bwd", 0 if q == ctx.my_block else nbytes,
                            nbytes * (comm.size - 1) if q == ctx.my_block else 0, time.perf_counter() - t0)
@@ -432,7 +434,8 @@ class DelayPipe:
         if (e - r) in self.sent:  # what bin b started r epochs ago has arrived
             reqs, bufs = self.sent.pop(e - r)
             t0 = time.perf_counter()
-            mpi().Request.Waitall(reqs)
+            with waiting(f"the delayed ialltoallv '{self.label}'"):
+                mpi().Request.Waitall(reqs)
             self.comm.stats.add("wait", self.label + " (delayed)", 0, 0, time.perf_counter() - t0)
             # the receive buffers are host memory (on a GPU rank: copied to the device here)
             self.root_in[b] = bufs["up"].to(x.device)
@@ -488,7 +491,8 @@ class DelayPipe:
         change the pipeline's contents)."""
         from gdsl.dist.comm import mpi
         for e, (reqs, bufs) in list(self.sent.items()):
-            mpi().Request.Waitall(reqs)
+            with waiting(f"the delayed ialltoallv '{self.label}'"):
+                mpi().Request.Waitall(reqs)
             self.sent[e] = ([], {k: v for k, v in bufs.items() if not k.startswith("keep")})
 
     def state_dict(self) -> dict:

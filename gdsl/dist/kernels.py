@@ -55,9 +55,10 @@ def rank_device(backend: str, comm) -> torch.device:
     require_backend()   # a clear error without a GPU (unless TRITON_INTERPRET=1)
     if interpret_mode():
         return torch.device("cpu")
-    from gdsl.dist.comm import mpi
+    from gdsl.dist.comm import mpi, waiting
     MPI = mpi()
-    node = comm.comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
+    with waiting("split of the ranks by node"):
+        node = comm.comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.rank)
     local = node.Get_rank()
     node.Free()
     device = torch.device("cuda", local % torch.cuda.device_count())

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from gdsl.diagnostics import GdslError
-from gdsl.dist.errors import format_reports, read_reports
+from gdsl.dist.errors import format_reports, not_joined, read_reports
 from gdsl.runtime.files import discard_stdout
 from gdsl.runtime.signals import Terminated, stop_on_signals  # noqa: F401 (used by cli_run)
 
@@ -161,6 +161,8 @@ def launch(args: dict, P: int, extra_env: dict | None = None, timeout: float | N
         reports = read_reports(run_dir)
         if reports:
             for line in format_reports(reports, P):
+                print(line, file=sys.stderr)
+            if (line := not_joined(run_dir, reports, P)) is not None:
                 print(line, file=sys.stderr)
             if any(msg.startswith("internal error:") for msg, _, _ in reports.values()):
                 return 3   # as the single-process boundary (gdsl/cli.py): a bug of ours, not the user's

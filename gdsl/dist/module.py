@@ -36,7 +36,7 @@ from gdsl.backends.reference.graphdata import GraphData
 from gdsl.backends.reference.linear import plan_linear, run_linear
 from gdsl.diagnostics import GdslError
 from gdsl.dist import functions as fn
-from gdsl.dist.comm import Comm
+from gdsl.dist.comm import Comm, waiting
 from gdsl.dist.kernels import LocalKernels
 from gdsl.dist.part import RankPart
 from gdsl.dist.support import _namer, check_delay, check_supported, feature_input, feature_region
@@ -125,7 +125,8 @@ class DistModule(ReferenceModule):
         self._delay_restore: dict = {}   # op position -> DelayPipe state from a checkpoint
         self.epoch = 0
         P = comm.size
-        self.block_rows = np.array(comm.comm.allgather(part.n_own), np.int64) if P > 1 else np.array([part.n_own])
+        with waiting("allgather of the block sizes"):
+            self.block_rows = np.array(comm.comm.allgather(part.n_own), np.int64) if P > 1 else np.array([part.n_own])
         self._check_supported(module)
         if strategy in ("rows", "features", "redistribute"):
             self._halo = self._make_halo()
@@ -167,7 +168,8 @@ class DistModule(ReferenceModule):
         halo_pos = None
         if self.spec.halo == "bcast":
             # position of each halo row in the gathered blocks (rank order, owned rows in gid order)
-            owned = self.comm.comm.allgather(part.owned_rows)
+            with waiting("allgather of the owned rows"):
+                owned = self.comm.comm.allgather(part.owned_rows)
             pos = {}
             off = 0
             for q, rows in enumerate(owned):
@@ -514,7 +516,8 @@ class DistModule(ReferenceModule):
         counts = np.zeros(self.part.num_nodes, np.float64)
         counts[self.part.owned_rows] = 1.0
         if self.comm.size > 1:
-            self.comm.comm.Allreduce(mpi().IN_PLACE, counts, op=mpi().SUM)
+            with waiting("allreduce of the replica counts"):
+                self.comm.comm.Allreduce(mpi().IN_PLACE, counts, op=mpi().SUM)
         return torch.from_numpy(counts[self.part.owned_rows]).float().to(self.device)
 
     def _delayed(self, partial: torch.Tensor, reduce: str, op: Op, label: str, to: str) -> torch.Tensor:

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from gdsl.diagnostics import GdslError
+from gdsl.dist.comm import WATCHDOG, waiting
 from gdsl.dist.errors import AllRanksError
 from gdsl.dist.part import read_header
 
@@ -258,7 +259,8 @@ def _load_checkpoint(directory: Path, comm, model, opt, identity: dict | None = 
         except GdslError as e:
             err = str(e)
     if comm.size > 1:
-        err, info = comm.comm.bcast((err, info), root=0)
+        with waiting("bcast of the checkpoint index"):
+            err, info = comm.comm.bcast((err, info), root=0)
     if err:
         raise AllRanksError(err)
     path = directory / f"rank-{comm.rank}.pt"
@@ -345,6 +347,9 @@ def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, histo
         if os.environ.get("GDSL_TEST_KILL_AT") == f"{comm.rank}:{epoch}":  # test hook: die without a word
             import signal
             os.kill(os.getpid(), signal.SIGKILL)
+        if os.environ.get("GDSL_TEST_HANG_AT") == f"{comm.rank}:{epoch}":  # test hook: alive, never joins again
+            time.sleep(3600)
+        WATCHDOG.where = f"epoch {epoch}"
         t0 = time.perf_counter()
         model.train()
         model.epoch = epoch - 1
@@ -376,6 +381,7 @@ def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, histo
         if checkpoint is not None and (epoch % every == 0 or epoch == epochs):
             model.finish()
             _save_checkpoint(checkpoint, comm, model, opt, epoch, history, identity)
+    WATCHDOG.where = "the end of the run"
     model.finish()
     return history
 
@@ -466,7 +472,8 @@ def full_state_dict(model, comm) -> dict:
     if not local:
         return state
     lo, hi = model.feature_cols
-    parts = comm.comm.gather((lo, hi, {k: state[k][lo:hi].clone() for k in local}), root=0)
+    with waiting("gather of the model-parallel weights"):
+        parts = comm.comm.gather((lo, hi, {k: state[k][lo:hi].clone() for k in local}), root=0)
     if comm.rank == 0:
         for plo, phi, rows in parts:
             for k in local:
@@ -477,7 +484,8 @@ def full_state_dict(model, comm) -> dict:
 def _gather_traffic(comm, traffic) -> dict:
     """Per op: bytes sent and received by each rank this epoch (gathered on every rank)."""
     local = {f"{coll} {label}": (t.sent, t.recv, t.calls, t.seconds) for (coll, label), t in traffic.items()}
-    allr = comm.comm.allgather(local)
+    with waiting("allgather of the traffic report"):
+        allr = comm.comm.allgather(local)
     keys = sorted({k for d in allr for k in d})
     z = (0, 0, 0, 0.0)
     return {k: {"sent": [d.get(k, z)[0] for d in allr], "recv": [d.get(k, z)[1] for d in allr],

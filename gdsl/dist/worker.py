@@ -19,6 +19,9 @@ import time
 import traceback
 
 
+COMM_TIMEOUT = 1800.0   # --comm-timeout's default, in seconds: torch.distributed's default timeout
+
+
 def _message(e: BaseException) -> str:
     from gdsl.diagnostics import CompileError, GdslError, render_all
     if isinstance(e, CompileError):
@@ -92,6 +95,12 @@ def run(args: dict) -> int:
             pass
     if args.get("launcher"):
         watch_launcher(args["launcher"])
+    timeout = args.get("comm_timeout")
+    timeout = COMM_TIMEOUT if timeout is None else float(timeout)
+    if timeout > 0:
+        from gdsl.dist.comm import start_watchdog
+        # the peers' watchdogs wake within a second of this one (the grace covers it)
+        start_watchdog(timeout, lambda msg: _stop_waiting(rank, msg, run_dir, grace=min(timeout, 5.0)))
     try:
         import warnings
 
@@ -110,6 +119,26 @@ def run(args: dict) -> int:
         sys.stderr.flush()
         MPI.COMM_WORLD.Abort(1)
         return 1
+
+
+def _stop_waiting(rank: int, message: str, run_dir: str | None, grace: float) -> None:
+    """--comm-timeout: this rank has waited too long in one MPI call (the
+    watchdog thread of gdsl/dist/comm.py). Report it like any failure, mark
+    this rank as waiting (so the launcher can name the ranks that never
+    joined), give the other waiting ranks `grace` seconds to report too, and
+    stop every rank: MPI_Abort from this thread where MPI allows calls from
+    any thread (MPI_THREAD_MULTIPLE, mpi4py's default), else this process
+    dies and the process manager stops the others."""
+    from mpi4py import MPI
+
+    from gdsl.dist.errors import mark_waiting, report
+    report(rank, message, False, run_dir)
+    if run_dir:
+        mark_waiting(run_dir, rank)
+        time.sleep(grace)
+    if MPI.Query_thread() == MPI.THREAD_MULTIPLE:
+        MPI.COMM_WORLD.Abort(1)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _start_time(pid: int) -> str | None:
