@@ -129,8 +129,10 @@ def _check_existing(parts: Path, P: int, prog, graph, partition: str | None, del
     refuse_modelled_only(partition)   # was: "unknown partition 'grid2d'" with --parts
     if partition not in (None, "auto"):
         want = parse_spec(partition)   # rows = rows(hash), edge_cut = rows(metis), ...
-        if (want.strategy, want.arg) != (sj.get("strategy"), sj.get("arg")) and \
-                not (want.strategy == "redistribute" and want.arg is None and sj.get("strategy") == "redistribute"):
+
+        def plan(strategy, arg):   # redistribute = redistribute(P) (was: matched redistribute(R) for any R)
+            return strategy, (P if strategy == "redistribute" and arg is None else arg)
+        if plan(want.strategy, want.arg) != plan(sj.get("strategy"), sj.get("arg")):
             raise GdslError(f"{parts}: partitioned as {stored}, but --partition asks for {partition}; partition "
                             "again or drop --partition")
     for flag, value, key in (("--delay", delay, "delay"), ("--halo", halo, "halo")):
