@@ -692,19 +692,27 @@ def print_compile_warnings(compiled) -> None:
         print(render(d, compiled.source), file=sys.stderr)
 
 
+def _command(args, parser) -> int:
+    if args.cmd == "passes":
+        return cmd_passes(args)
+    if args.cmd == "compile":
+        return cmd_compile(args, parser)
+    if args.cmd == "plan":
+        return cmd_plan(args, parser)
+    if args.cmd == "calibrate":
+        return cmd_calibrate(args, parser)
+    if args.cmd == "partition":
+        return cmd_partition(args, parser)
+    return cmd_run(args, parser)
+
+
 def _dispatch(args, parser, debug: bool) -> int:
     try:
-        if args.cmd == "passes":
-            return cmd_passes(args)
-        if args.cmd == "compile":
-            return cmd_compile(args, parser)
-        if args.cmd == "plan":
-            return cmd_plan(args, parser)
-        if args.cmd == "calibrate":
-            return cmd_calibrate(args, parser)
-        if args.cmd == "partition":
-            return cmd_partition(args, parser)
-        return cmd_run(args, parser)
+        rc = _command(args, parser)
+        # what is still buffered is written here, where a full disk or a reader that left gets the
+        # answers below (was: at exit, after main: exit 120 and Python's "Exception ignored" message)
+        sys.stdout.flush()
+        return rc
     except CompileError as e:
         print(render_all(e), file=sys.stderr)
         n = len(e.diagnostics)
