@@ -117,9 +117,10 @@ def render(diag: Diagnostic, source: str | None) -> str:
         col = sp.col
         if len(text) > MAX_SHOWN:  # show a window around the caret, not a screenful
             start = max(0, min(col - 1 - MAX_SHOWN // 2, len(text) - MAX_SHOWN))
+            lead = 3 if start else 0   # the leading "..."
             text = ("..." if start else "") + text[start:start + MAX_SHOWN] + ("..." if start + MAX_SHOWN < len(text) else "")
-            col = col - start + (3 if start else 0)
-            width = min(width, MAX_SHOWN - (col - 1) + 3)
+            col = col - start + lead
+            width = min(width, lead + MAX_SHOWN - (col - 1))   # carets stop at the window's last character
         gutter = f"{sp.line:>4} | "
         out.append(gutter + text)
         out.append(" " * (len(gutter) - 2) + "| " + " " * (col - 1) + "^" * max(1, width))
