@@ -107,3 +107,17 @@ def gdsl_here(*args):
     from filecheck_runner import run_gdsl
     code, out, err = run_gdsl([str(a) for a in args])
     return subprocess.CompletedProcess(args, code, out, err)
+
+
+def interrupt_in_evaluation(monkeypatch, epoch: int) -> None:
+    """Ctrl-C during the evaluation of `epoch` of the next `gdsl run` in this
+    process (the trainer evaluates 3 masks per epoch)."""
+    import gdsl.runtime.trainer as trainer
+    real, calls = trainer.accuracy, []
+
+    def accuracy(*a, **k):
+        calls.append(1)
+        if len(calls) == 3 * (epoch - 1) + 1:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(trainer, "accuracy", accuracy)

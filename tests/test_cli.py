@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from filecheck_runner import run_gdsl
-from helpers import random_graph
+from helpers import interrupt_in_evaluation, random_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 GCN = str(ROOT / "programs" / "gcn.gd")
@@ -127,15 +127,7 @@ def test_a_run_stopped_between_a_step_and_its_evaluation_says_what_it_saved(tmp_
     2", the last reported one)."""
     import torch
 
-    import gdsl.runtime.trainer as trainer
-    real, calls = trainer.accuracy, []
-
-    def stop_in_epoch_3s_evaluation(*a, **k):   # (3 masks evaluated per epoch)
-        calls.append(1)
-        if len(calls) == 7:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-    monkeypatch.setattr(trainer, "accuracy", stop_in_epoch_3s_evaluation)
+    interrupt_in_evaluation(monkeypatch, 3)
     f = tmp_path / "m.pt"
     code, out, err = run_gdsl(["run", GCN, "--epochs", "5", "--backend", "reference", "--save", str(f)])
     assert code == 130 and "final (epoch 2)" in out, err

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from filecheck_runner import run_gdsl
-from helpers import random_graph
+from helpers import interrupt_in_evaluation, random_graph
 
 ROOT = Path(__file__).resolve().parent.parent
 GCN = str(ROOT / "programs" / "gcn.gd")
@@ -95,15 +95,7 @@ def test_json_and_save_naming_one_file_in_two_spellings(tmp_path, monkeypatch):
 
 def test_interrupted_after_one_epoch_is_singular(monkeypatch):
     """`gdsl: interrupted after K epochs`, with "1 epoch" for one."""
-    import gdsl.runtime.trainer as trainer
-    real, calls = trainer.accuracy, []
-
-    def stop_in_epoch_2s_evaluation(*a, **k):   # (3 masks evaluated per epoch)
-        calls.append(1)
-        if len(calls) == 4:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-    monkeypatch.setattr(trainer, "accuracy", stop_in_epoch_2s_evaluation)
+    interrupt_in_evaluation(monkeypatch, 2)
     code, out, err = run_gdsl(["run", GCN, "--epochs", "5", "--backend", "reference"])
     assert code == 130 and "final (epoch 1)" in out, err
     assert "gdsl: interrupted after 1 epoch\n" in err, err
