@@ -12,7 +12,7 @@ import pytest
 
 from gdsl.cli import main
 from gdsl.dist.comm import Watchdog, start_watchdog
-from gdsl.dist.errors import mark_waiting, not_joined
+from gdsl.dist.errors import main_thread_stack, mark_waiting, not_joined, stack_path
 
 GCN = str(Path(__file__).resolve().parent.parent / "programs" / "gcn.gd")
 
@@ -86,3 +86,83 @@ def test_comm_timeout_usage_errors(capsys, args, message):
         main(["run", GCN, "--epochs", "1", *args])
     assert e.value.code == 2
     assert message in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- where a rank that never joined was
+# worker.py registers faulthandler for SIGUSR1 (rank-R.stack); the rank whose
+# watchdog fires asks the ranks that are not waiting (`_ask_for_stacks`); the
+# launcher prints the main thread's frames under the "never joined" line.
+_STUCK = """
+import faulthandler, signal, sys, threading, time
+f = open(sys.argv[1], "w")
+f.write(f"main thread 0x{threading.main_thread().ident:016x}\\n"); f.flush()
+faulthandler.register(signal.SIGUSR1, file=f, all_threads=True)
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()   # another thread: not printed
+print("ready", flush=True)
+def stuck_in_a_deadlock():
+    time.sleep(60)
+stuck_in_a_deadlock()
+"""
+
+
+def _stuck_rank(tmp_path, rank):
+    import subprocess
+    import sys
+    p = subprocess.Popen([sys.executable, "-c", _STUCK, stack_path(str(tmp_path), rank)],
+                         stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline() == "ready\n"
+    (tmp_path / f"rank-{rank}.pid").write_text(str(p.pid))
+    return p
+
+
+def test_a_rank_that_never_joined_is_shown_where_it_was(tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from gdsl.dist import worker
+    stuck, busy = _stuck_rank(tmp_path, 0), _stuck_rank(tmp_path, 2)
+    mark_waiting(str(tmp_path), 2)   # rank 2 waits in MPI too: not asked
+    try:
+        monkeypatch.setattr(os, "getppid", os.getpid)   # this test is the ranks' process manager
+        worker._ask_for_stacks(str(tmp_path), 1)
+        deadline = time.monotonic() + 10
+        while not main_thread_stack(str(tmp_path), 0) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        frames = main_thread_stack(str(tmp_path), 0)
+        assert frames and "in stuck_in_a_deadlock" in frames[0] and "in <module>" in frames[1], frames
+        assert all("threading.py" not in f for f in frames)   # the main thread's only
+        assert main_thread_stack(str(tmp_path), 2) == []      # waiting: not asked
+        assert stuck.poll() is None and busy.poll() is None   # a dump stops nothing
+        mark_waiting(str(tmp_path), 1)
+        text = not_joined(str(tmp_path), {1: ("waited", False, False), 2: ("waited", False, False)}, 3)
+        assert text.splitlines()[1:3] == ["  rank 0 was here (most recent call first):", "    " + frames[0]], text
+        monkeypatch.setattr(os, "getppid", lambda: 1)   # another parent: a pid from another node, say
+        (tmp_path / "rank-0.stack").write_text(open(stack_path(str(tmp_path), 0)).readline())
+        worker._ask_for_stacks(str(tmp_path), 1)
+        time.sleep(0.3)
+        assert main_thread_stack(str(tmp_path), 0) == []
+    finally:
+        for p in (stuck, busy):
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+
+
+def test_a_stack_file_without_the_main_thread_shows_nothing(tmp_path):
+    d = str(tmp_path)
+    assert main_thread_stack(d, 0) == []                                   # no file
+    Path(stack_path(d, 0)).write_text("garbage\n  File \"x.py\", line 1 in f\n")
+    assert main_thread_stack(d, 0) == []                                   # no header
+    Path(stack_path(d, 0)).write_text("main thread 0x0000000000000001\n"
+                                      "Thread 0x0000000000000002 (most recent call first):\n"
+                                      "  File \"t.py\", line 3 in other\n")
+    assert main_thread_stack(d, 0) == []                                   # another thread's dump only
+    Path(stack_path(d, 0)).write_text("main thread 0x0000000000000001\n"
+                                      "Current thread 0x0000000000000001 (most recent call first):\n"
+                                      + "".join(f"  File \"m.py\", line {i} in f{i}\n" for i in range(20))
+                                      + "Thread 0x0000000000000001 (most recent call first):\n"
+                                      "  File \"later.py\", line 9 in second_dump\n")
+    assert main_thread_stack(d, 0) == [f'File "m.py", line {i} in f{i}' for i in range(20)]   # the first dump
+    mark_waiting(d, 1)
+    lines = not_joined(d, {1: ("waited", False, False)}, 2).splitlines()
+    assert lines[1] == "  rank 0 was here (most recent call first):" and len(lines) == 2 + 12 + 1
+    assert lines[-1] == "    ... (8 more)"

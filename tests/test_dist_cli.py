@@ -171,6 +171,8 @@ def test_a_rank_that_never_joins_a_collective_stops_the_run_with_its_name(tmp_pa
     assert "gdsl: error: ranks 1, 2: waited 2 s in alltoallv '" in r.stderr, r.stderr
     assert "(epoch 3, MPI call #" in r.stderr and "(--comm-timeout sets the limit)" in r.stderr
     assert "gdsl: error: rank 0 never joined: busy or hung outside MPI" in r.stderr, r.stderr
+    where = r.stderr.split("  rank 0 was here (most recent call first):\n")[1].splitlines()
+    assert "gdsl/dist/run.py" in where[0] and where[0].endswith(" in train_loop"), r.stderr   # its stack
     assert "Traceback" not in r.stderr and "BAD TERMINATION" not in r.stdout + r.stderr
     assert "epoch  2/50" in r.stdout + r.stderr and "epoch  3/50" not in r.stdout + r.stderr
     assert took < 60   # start-up included: the limit (2 s) and the grace for the other reports (2 s)

@@ -76,8 +76,47 @@ def not_joined(run_dir: str, reports: dict, P: int) -> str | None:
         return None
     rest = [r for r in range(P) if r not in waiting]
     who = f"rank {rest[0]}" if len(rest) == 1 else f"ranks {', '.join(map(str, rest))}"
-    return (f"gdsl: error: {who} never joined: busy or hung outside MPI for that long (a deadlock, a hung "
-            "file system, an endless loop)")
+    lines = [f"gdsl: error: {who} never joined: busy or hung outside MPI for that long (a deadlock, a hung "
+             "file system, an endless loop)"]
+    for r in rest:   # where each one was, when the first waiting rank asked (worker.py, `_ask_for_stacks`)
+        frames = main_thread_stack(run_dir, r)
+        if frames:
+            lines.append(f"  rank {r} was here (most recent call first):")
+            lines += ["    " + f for f in frames[:STACK_FRAMES]]
+            if len(frames) > STACK_FRAMES:
+                lines.append(f"    ... ({len(frames) - STACK_FRAMES} more)")
+    return "\n".join(lines)
+
+
+STACK_FRAMES = 12   # the innermost frames of a stuck rank that the launcher prints
+
+
+def stack_path(run_dir: str, rank: int) -> str:
+    return os.path.join(run_dir, f"rank-{rank}.stack")
+
+
+def main_thread_stack(run_dir: str, rank: int) -> list[str]:
+    """The frames of rank R's main thread, innermost first (`File "...", line N
+    in f`), from its faulthandler dump (rank-R.stack: a first line `main
+    thread 0x<id>`, then one dump per request); [] when there is none."""
+    try:
+        with open(stack_path(run_dir, rank), errors="replace") as f:
+            head, *lines = f.read().splitlines()
+    except (OSError, ValueError):
+        return []
+    if not head.startswith("main thread 0x"):
+        return []
+    ident = head[len("main thread "):]
+    frames: list[str] = []
+    mine = False
+    for line in lines:
+        if line.endswith("(most recent call first):"):   # `Thread 0x...` / `Current thread 0x...`
+            if mine:
+                break   # the first dump's main thread is enough
+            mine = line.split()[-5] == ident
+        elif mine and line.startswith("  File "):
+            frames.append(line.strip())
+    return frames
 
 
 def read_reports(run_dir: str) -> dict[int, tuple[str, bool, bool]]:

@@ -86,6 +86,7 @@ def run(args: dict) -> int:
         sys.stderr = MarkedStderr(sys.stdout)
     run_dir = args.get("run_dir")
     if run_dir:
+        _register_stack_dump(run_dir, rank)   # before the pid file: who finds the pid may ask for it
         try:   # atomically: the launcher's watcher may read it at any moment (was: read empty, int(''))
             tmp = os.path.join(run_dir, f".rank-{rank}.pid.tmp")
             with open(tmp, "w") as f:
@@ -135,10 +136,67 @@ def _stop_waiting(rank: int, message: str, run_dir: str | None, grace: float) ->
     report(rank, message, False, run_dir)
     if run_dir:
         mark_waiting(run_dir, rank)
+        _ask_for_stacks(run_dir, rank)
         time.sleep(grace)
     if MPI.Query_thread() == MPI.THREAD_MULTIPLE:
         MPI.COMM_WORLD.Abort(1)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+_STACK_FILE = None   # rank-R.stack, open for faulthandler for the life of the rank
+
+
+def _register_stack_dump(run_dir: str, rank: int) -> None:
+    """On SIGUSR1, write the Python stacks of this rank's threads to
+    rank-R.stack (faulthandler: from the signal handler, so also while the
+    main thread is stuck in a C call or holds the GIL). The first line
+    names the main thread, whose stack the launcher prints for a rank that
+    never joined a collective (gdsl/dist/errors.py, `not_joined`)."""
+    global _STACK_FILE
+    import faulthandler
+
+    from gdsl.dist.errors import stack_path
+    try:
+        f = open(stack_path(run_dir, rank), "w")
+        f.write(f"main thread 0x{threading.main_thread().ident:016x}\n")
+        f.flush()
+        faulthandler.register(signal.SIGUSR1, file=f, all_threads=True)
+    except (OSError, AttributeError, ValueError, RuntimeError):   # no SIGUSR1 (Windows), or no file
+        return
+    _STACK_FILE = f
+
+
+def _ask_for_stacks(run_dir: str, rank: int) -> None:
+    """--comm-timeout fired on this rank: ask the ranks that are not waiting
+    too (no rank-R.waiting yet) for their stacks, by SIGUSR1. Only the
+    ranks of this job on this machine: children of this rank's parent (the
+    process manager's proxy), so a pid written by a rank on another node
+    never signals a process here."""
+    from gdsl.dist.errors import stack_path
+    parent = os.getppid()
+    for name in os.listdir(run_dir):
+        if not (name.startswith("rank-") and name.endswith(".pid")):
+            continue
+        r = name[5:-4]
+        if r == str(rank) or os.path.exists(os.path.join(run_dir, f"rank-{r}.waiting")) \
+                or not os.path.exists(stack_path(run_dir, int(r))):
+            continue
+        try:
+            with open(os.path.join(run_dir, name)) as f:
+                pid = int(f.read())
+            if _parent(pid) == parent:
+                os.kill(pid, signal.SIGUSR1)
+        except (OSError, ValueError):
+            continue
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2:].split()[1])
 
 
 def _start_time(pid: int) -> str | None:
