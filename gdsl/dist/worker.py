@@ -190,24 +190,25 @@ def _ask_for_stacks(run_dir: str, rank: int) -> None:
             continue
 
 
-def _parent(pid: int) -> int | None:
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (state, ppid, ...), or None."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
     except OSError:
         return None
-    return int(stat[stat.rindex(")") + 2:].split()[1])
+    return stat[stat.rindex(")") + 2:].split()
+
+
+def _parent(pid: int) -> int | None:
+    fields = _stat(pid)
+    return None if fields is None else int(fields[1])
 
 
 def _start_time(pid: int) -> str | None:
     """The process's start time (Linux /proc), to tell it from a later process with its pid."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    return None if fields[0] == "Z" else fields[19]   # a zombie has exited
+    fields = _stat(pid)
+    return None if fields is None or fields[0] == "Z" else fields[19]   # a zombie has exited
 
 
 def launcher_alive(info: dict) -> bool:
