@@ -8,7 +8,7 @@
 
 Names are imported lazily so `gdsl compile` does not pay for importing torch.
 """
-from gdsl.diagnostics import CompileError, GdslError, GdslWarning  # noqa: F401
+from gdsl.diagnostics import CompileError, Error, GdslError, GdslWarning  # noqa: F401
 
 __version__ = "0.1.0"
 
@@ -24,4 +24,4 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'gdsl' has no attribute {name!r}")
 
 
-__all__ = ["Program", "compile", "Graph", "load_graph", "train", "CompileError", "GdslError", "GdslWarning"]
+__all__ = ["Program", "compile", "Graph", "load_graph", "train", "CompileError", "Error", "GdslError", "GdslWarning"]

@@ -45,7 +45,14 @@ class Diagnostic:
         return (self.span.file, self.span.line, self.span.col, self.message)
 
 
-class CompileError(Exception):
+class Error(Exception):
+    """The base of the errors gdsl raises for the user's mistakes:
+    `CompileError` (in a program, with source positions) and `GdslError`
+    (data, arguments, files, runs). `except gdsl.Error` catches both; a bug
+    of gdsl's own is neither."""
+
+
+class CompileError(Error):
     """One or more user errors; carries the collected diagnostics."""
 
     def __init__(self, diagnostics: list[Diagnostic], source: str | None = None):
@@ -59,7 +66,7 @@ class CompileError(Exception):
         return bool(self.diagnostics) and all(d.needs_data for d in self.diagnostics)
 
 
-class GdslError(Exception):
+class GdslError(Error):
     """A user error that is not tied to a source position (data files, CLI)."""
 
 

@@ -312,3 +312,22 @@ def test_from_edges_with_dst_none_says_how_to_pass_an_edge_index():
                                              r"arrays; for a PyG edge_index \[2, E\] write from_edges\(edge_index\[0\]"):
         gdsl.Graph.from_edges(torch.tensor([[0, 1], [1, 0]]), None, features=torch.randn(2, 3))
 
+
+
+def test_one_except_catches_every_user_error(tmp_path):
+    """`except gdsl.Error` catches a program's errors and the others (data,
+    values) alike; they stay separate classes, and a bug of ours is neither."""
+    from gdsl.passes.pipeline import InternalCompilerError
+    from gdsl.runtime.trainer import Diverged
+    caught = []
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip")
+    for make in (lambda: gdsl.compile("model M[] { return Q }"), lambda: gdsl.load_graph(str(bad))):
+        try:
+            make()
+        except gdsl.Error as e:
+            caught.append(type(e))
+    assert caught == [CompileError, GdslError]
+    assert not issubclass(CompileError, GdslError) and not issubclass(GdslError, CompileError)
+    assert issubclass(Diverged, gdsl.Error) and not issubclass(InternalCompilerError, gdsl.Error)
+    assert "Error" in gdsl.__all__
