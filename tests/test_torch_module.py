@@ -590,6 +590,35 @@ def test_second_derivatives_through_torch_func(backend):
     torch.testing.assert_close(h.reshape(w.numel(), -1), hw.reshape(w.numel(), -1))
 
 
+@pytest.mark.parametrize("program", ["gcn.gd", "gat.gd"])
+def test_autograd_double_backward_through_kernels_fails_never_gives_zero(program):
+    """A gradient penalty with autograd (create_graph=True) on the numba
+    backend: its kernels' backward is not differentiable, so differentiating
+    the gradient must fail with what to use instead. Was: the loss `out.sum()`
+    gave the kernels constant grad outputs, torch's once_differentiable then
+    returned gx without a grad_fn, and the penalty's gradient was silently 0
+    (or "appears to not have been used in the graph")."""
+    m, g = bound("numba", str(ROOT / "programs" / program))
+    ref, _ = bound("reference", str(ROOT / "programs" / program))
+    name = "GATConv_2.W" if program == "gat.gd" else "GCNConv_2.W"
+    for model, want in ((ref, None), (m, "the Numba and Triton kernels are differentiable once")):
+        x = g.features.clone().requires_grad_()
+        gx, = torch.autograd.grad(model(x).sum(), x, create_graph=True)
+        assert gx.requires_grad
+        w = dict(model.named_parameters())[name]
+        if want is None:
+            gw, = torch.autograd.grad(gx.pow(2).sum(), w)
+            assert gw.abs().sum() > 0   # the penalty depends on W
+            continue
+        with pytest.raises(RuntimeError, match=want):
+            torch.autograd.grad(gx.pow(2).sum(), w)
+        with pytest.raises(RuntimeError, match=want):
+            (model.loss(model(x)) + gx.pow(2).sum()).backward()
+    x = g.features.clone().requires_grad_()
+    gx, = torch.autograd.grad(m(x).sum(), x)      # a first derivative: as before
+    torch.testing.assert_close(gx, torch.autograd.grad(ref(x).sum(), x)[0], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("program", ["gcn.gd", "gat.gd", "extra/gatv2.gd", "extra/pna_lite.gd",
                                      "extra/appnp.gd", "extra/sage_max.gd"])
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 import torch
-from torch.autograd.function import once_differentiable
 
 from gdsl.backends.numba.codegen import get_kernel
 from gdsl.backends.numba.codegen_dense import ACTS
@@ -24,6 +23,7 @@ from gdsl.backends.numba.ops import (
     _threads,
     _vec,
 )
+from gdsl.backends.once import differentiable_once
 
 # --------------------------------------------------------------------------
 # fused layer epilogue: dropout(act(x + bias)) with the reference's masks
@@ -88,7 +88,7 @@ class _EpilogueFn(torch.autograd.Function):
         return out.reshape(x.shape)
 
     @staticmethod
-    @once_differentiable
+    @differentiable_once
     def backward(ctx, grad):
         need_x, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if not (need_x or need_b):
@@ -157,7 +157,7 @@ class _LinearFn(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @differentiable_once
     def backward(ctx, grad):
         xw = ctx.saved_tensors
         grads = []
@@ -223,7 +223,7 @@ class _HeadDotFn(torch.autograd.Function):
         return tuple(out[k].reshape(z.shape[:-1]) for k in range(K))
 
     @staticmethod
-    @once_differentiable
+    @differentiable_once
     def backward(ctx, *grads):
         z, *a = ctx.saved_tensors
         N, H, D, K = ctx.dims

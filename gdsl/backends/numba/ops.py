@@ -20,12 +20,12 @@ import os
 
 import numpy as np
 import torch
-from torch.autograd.function import once_differentiable
 
 from gdsl.backends.maxmin import maxmin_backward
 from gdsl.backends.numba import codegen
 from gdsl.backends.numba.codegen import BINARY, MSGS, SDDMM_OPS, get_kernel
 from gdsl.backends.numba.graph import CSR, CSRGraph
+from gdsl.backends.once import differentiable_once
 from gdsl.runtime.memory import on_release
 
 _FLOATS = (torch.float32, torch.float64)
@@ -415,7 +415,7 @@ class _AggregateFn(torch.autograd.Function):
         return out.reshape((csr.nrows,) + fs)
 
     @staticmethod
-    @once_differentiable
+    @differentiable_once
     def backward(ctx, grad):
         need_x, need_w = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
         none = (None,) * 8
@@ -588,7 +588,7 @@ class _SddmmFn(torch.autograd.Function):
         return out.reshape((E,) + ofs)
 
     @staticmethod
-    @once_differentiable
+    @differentiable_once
     def backward(ctx, grad):
         need_a, need_b = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
         if not (need_a or need_b):
@@ -669,7 +669,7 @@ class _EdgeSoftmaxFn(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @differentiable_once
     def backward(ctx, grad):
         if not ctx.needs_input_grad[1]:
             return None, None
@@ -719,7 +719,7 @@ class _GatFn(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @differentiable_once
     def backward(ctx, grad):
         need_el, need_er, need_z = ctx.needs_input_grad[1:4]
         if not (need_el or need_er or need_z):

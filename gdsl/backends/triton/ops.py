@@ -22,9 +22,9 @@ import math
 
 import torch
 import triton
-from torch.autograd.function import once_differentiable
 
 from gdsl.backends.maxmin import maxmin_backward
+from gdsl.backends.once import differentiable_once
 from gdsl.backends.triton import codegen
 from gdsl.backends.triton.codegen import BINARY, MSGS, SDDMM_OPS, get_kernel
 from gdsl.backends.triton.graph import CSR, TritonGraph
@@ -251,7 +251,7 @@ class _AggregateFn(torch.autograd.Function):
         return out.reshape((csr.nrows,) + fs)
 
     @staticmethod
-    @once_differentiable
+    @differentiable_once
     def backward(ctx, grad):
         need_x, need_w = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
         none = (None,) * 6
@@ -365,7 +365,7 @@ class _SddmmFn(torch.autograd.Function):
         return out.reshape((E,) + ofs)
 
     @staticmethod
-    @once_differentiable
+    @differentiable_once
     def backward(ctx, grad):
         need_a, need_b = ctx.needs_input_grad[1], ctx.needs_input_grad[2]
         if not (need_a or need_b):
@@ -449,7 +449,7 @@ class _EdgeSoftmaxFn(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @differentiable_once
     def backward(ctx, grad):
         if not ctx.needs_input_grad[1]:
             return None, None
@@ -501,7 +501,7 @@ class _GatFn(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @differentiable_once
     def backward(ctx, grad):
         need_el, need_er, need_z = ctx.needs_input_grad[1:4]
         if not (need_el or need_er or need_z):
