@@ -286,3 +286,25 @@ def test_the_recorded_runner_up_fits_the_memory_per_rank():
     tight = plan_attr("--mem-per-rank", mem)
     assert re.search(r'strategy="([^"]+)"', tight).group(1) == re.search(r'strategy="([^"]+)"', free).group(1)
     assert "runner_up=none" in tight, tight
+
+
+def test_recorded_only_hints_are_named_when_a_distributed_run_plans(capsys):
+    """`cache = hec(...)` and `pipeline = push_pull(...)` are checked and
+    recorded, not executed: choosing the plan says so (was: silent, and the
+    run was the exact plan as if they were not there)."""
+    import gdsl
+    from gdsl.dist.cli_run import choose_spec
+    from helpers import random_graph
+
+    src = (ROOT / "programs" / "gcn.gd").read_text()
+    graph = random_graph(30, 90, 4, 3)
+    for sched, want in (("", []), ("    cache = hec(size = 10)\n", ["cache = hec(...)"]),
+                        ("    pipeline = push_pull(depth = 2)\n    cache = none\n", ["pipeline = push_pull(...)"])):
+        prog = gdsl.compile(src + f"schedule {{\n{sched}}}\n")
+        spec = choose_spec(prog, graph, 2, "rows", None, None, 0)
+        assert spec.strategy == "rows" and spec.delay == 0     # the exact plan asked for
+        lines = [ln for ln in capsys.readouterr().err.splitlines() if "recorded, not executed" in ln]
+        assert [ln.split(" (the")[0] for ln in lines] == [f"gdsl: {w}" for w in want], lines
+        assert all(ln.endswith("is not built yet, so the run is exact without it") for ln in lines)
+        choose_spec(prog, graph, 2, "rows", None, None, 0, quiet=True)
+        assert capsys.readouterr().err == ""

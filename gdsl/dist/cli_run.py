@@ -43,11 +43,28 @@ def refuse_modelled_only(partition: str | None) -> None:
                         "but not executed; name an executable plan or auto")
 
 
+RECORDED_ONLY = {"cache": "HEC caching", "pipeline": "push-pull pipelining"}   # checked and recorded, not built
+
+
+def note_recorded_only(prog) -> None:
+    """The schedule's `cache` and `pipeline` hints are checked and recorded in
+    the IR but not executed (docs/language.md): say so, rather than run an
+    exact plan silently in their place."""
+    sched = prog.checked.schedule
+    for key, what in RECORDED_ONLY.items():
+        v = sched.get(key)
+        if isinstance(v, dict):
+            print(f"gdsl: {key} = {v.get('kind')}(...) (the schedule's hint) is recorded, not executed: {what} is "
+                  "not built yet, so the run is exact without it", file=sys.stderr)
+
+
 def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, seed: int,
                 mem_per_rank: str | None = None, quiet: bool = False) -> Spec:
     """--partition, else the schedule's `partition` hint, else the cost model's
     fastest executable plan (`auto`)."""
     sched = prog.checked.schedule
+    if not quiet:
+        note_recorded_only(prog)
     halo = halo or "alltoallv"   # --halo's default (None: not given)
     # `--partition auto` is what an absent flag means: the cost model over the schedule's hint
     if partition is not None and not partition.strip():
@@ -220,6 +237,7 @@ def run_distributed(args, prog, graph, data) -> int:
                 check_delay((h.get("spec") or {}).get("delay"), _epochs(args, prog))
                 _check_resume(args, P, prog, h.get("graph"), h.get("strategy"))
                 parts = args.parts
+                note_recorded_only(prog)
                 print(f"gdsl run: using the partition in {parts}", file=sys.stderr)
             else:
                 spec = choose_spec(prog, graph, P, args.partition, args.delay, args.halo, args.seed,
