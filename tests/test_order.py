@@ -57,6 +57,36 @@ def test_delayed_plan_aggregates_param_free_inputs_sparse_first():
     assert got == [("dense_first", "width"), ("dense_first", "width")]
 
 
+@pytest.mark.parametrize("hint,other", [("    order GCNConv#2 = sparse_first", True), ("    order = sparse_first", True),
+                                         ("    order = dense_first", False), ("", False)])
+def test_a_delayed_plan_keeps_autograds_backward_unless_a_hint_names_one(hint, other):
+    """Under cd-r `auto` backward orders stay autograd's own (`order_grad_by=
+    delay`): the delay pipeline carries those aggregations. Was: with a
+    forward-only hint the cost chose another backward (hidden 64 -> C: a
+    dense-first backward), gdsl compile and the compile-time checks accepted
+    it, and every rank refused it after partitioning ("a chosen backward order
+    is not implemented with delayed aggregation")."""
+    from gdsl.compiler import compile_source
+    from gdsl.dist.support import check_delay
+    from gdsl.passes.order import linear_groups
+    dims = {"N": 2708, "F": 1433, "C": 7, "E": 13264}
+    src = _with(GCN, hint) if hint else GCN
+    for delay in (2, 0):
+        mod = compile_source(src, dims=dims, delay=delay).module
+        groups = linear_groups(mod)
+        by = {g.agg.attrs["order_grad_by"] for g in groups}
+        if delay:
+            assert by == {"delay"} and all(g.natural for g in groups), by
+            check_delay(delay, mod)   # what the ranks check: nothing left to refuse
+        else:
+            assert by == {"cost"}, by
+    # without a delay the cost takes another backward after a sparse-first forward that shrinks (16 -> C)
+    assert all(g.natural for g in groups) != other
+    bwd = _with(GCN, "    order GCNConv#2 = sparse_first(backward = sparse_first)")
+    with pytest.raises(gdsl.GdslError, match="a chosen backward order is not implemented with delayed"):
+        check_delay(2, compile_source(bwd, dims=dims, delay=2).module)   # a hint's backward: still refused
+
+
 def test_undecided_without_data():
     ir = gdsl.compile(ROOT / "programs" / "gcn.gd").ir
     assert ir.count("order=sparse_first, order_by=undecided") == 2

@@ -97,7 +97,8 @@ class Order:
                 choice, by = "sparse_first", "delay"
             else:
                 choice, by = self.by_width(t, users[agg.result] if is_shared else (t,))
-            bwd_choice, bwd_memo, bwd_by = self.backward(t, choice, bwd, memo, needs_grad(f, agg.operands[0]))
+            bwd_choice, bwd_memo, bwd_by = self.backward(t, choice, bwd, memo, needs_grad(f, agg.operands[0]),
+                                                         delayed)
             decided = dict(order=choice, order_by=by, order_grad=bwd_choice, order_grad_by=bwd_by,
                            order_memo=bwd_memo)
             if is_shared:
@@ -162,18 +163,26 @@ class Order:
         return ("dense_first" if f_out < f_in else "sparse_first"), "width"
 
     @staticmethod
-    def backward(t: Op, fwd: str, bwd: str, memo: str, input_grad: bool) -> tuple[str, bool, str]:
+    def backward(t: Op, fwd: str, bwd: str, memo: str, input_grad: bool,
+                 delayed: bool = False) -> tuple[str, bool, str]:
         """(bwd order, memoise, how decided) for the form ending in matmul `t`.
 
         Sparse work per choice (in nnz x width; RDM Table III, `rdm.schedule`):
         sparse-first f_out; dense-first with T memoised f_in (0 if the input
         needs no gradient); dense-first without f_in (or 0) + min(f_in, f_out).
-        Memoising keeps N x f_in more words alive."""
+        Memoising keeps N x f_in more words alive. Under a delayed plan
+        (`delayed`) `auto` keeps autograd's own backward (`order_grad_by=delay`):
+        the delay pipeline carries the aggregations autograd runs, and a
+        chosen backward order runs outside it (the ranks refuse one; was: a
+        forward-only hint let the cost pick one, compiled, and every rank
+        refused it after partitioning)."""
         if bwd != "auto":
             m = (memo == "true") if memo != "auto" else (fwd == "sparse_first" and bwd == "dense_first")
             return bwd, m, "hint"
         a, b = _widths(t)
         natural = ("dense_first", True) if fwd == "sparse_first" else ("sparse_first", False)
+        if delayed:
+            return natural[0], natural[1], "delay"
         if not (a.is_number and b.is_number):
             return natural[0], natural[1], "undecided"
         a, b = int(a), int(b)
