@@ -31,9 +31,10 @@ if MPIEXEC is None:
 DRIVER = ROOT / "tests" / "dist_driver.py"
 EPOCHS = 20
 GCN, SAGE, GAT = (str(ROOT / "programs" / f"{p}.gd") for p in ("gcn", "sage", "gat"))
-MSE_AE, EDGE_DROPOUT, BCE_X, EW_MAX, SDDMM_X = (
+MSE_AE, EDGE_DROPOUT, BCE_X, EW_MAX, SDDMM_X, SPARSE_HINT = (
     str(ROOT / "tests" / "dist_programs" / f"{p}.gd")
-    for p in ("mse_autoencoder", "edge_dropout", "bce_features", "elementwise_max", "sddmm_features"))
+    for p in ("mse_autoencoder", "edge_dropout", "bce_features", "elementwise_max", "sddmm_features",
+              "gcn_sparse_first_hint"))
 
 # every exact plan; (plan, halo); rows_replicated(2) needs c^2 | P
 EXACT = [("rows(hash)", "alltoallv"), ("rows(hash)", "bcast"), ("rows(random)", "alltoallv"),
@@ -72,11 +73,14 @@ def _configs(P: int) -> list[dict]:
         out += [_cfg(EDGE_DROPOUT, "cora", p, epochs=5) for p in ("features", "rows(hash)")]
         out += [_cfg(EW_MAX, "cora", "features")]   # element-wise max/min on P3's column slices
         out += [_cfg(SDDMM_X, "cora", "features", epochs=5)]   # src.a * dst.b, src.a - dst.b on them
+        # a backward order the cost chose, which R_A < P cannot run: autograd's own instead
+        out += [_cfg(SPARSE_HINT, "cora", "redistribute(1)", epochs=10)]
     else:
         out += [_cfg(SAGE, "cora", "rows_replicated(2)"), _cfg(SAGE, "cora", "rows(hash)", "bcast")]
         out += [_cfg(GAT, "cora", "rows(hash)", "bcast"), _cfg(GAT, "cora", "features")]
         out += [_cfg(GCN, "citeseer", p) for p in ("rows_replicated(2)", "redistribute", "features")]
         out += [_cfg(GCN, "rmat50k", "vertex_cut")]
+        out += [_cfg(SPARSE_HINT, "cora", "rows_replicated(2)", epochs=10)]   # 1.5D: autograd's order too
     return out
 
 

@@ -87,6 +87,34 @@ def test_a_delayed_plan_keeps_autograds_backward_unless_a_hint_names_one(hint, o
         check_delay(2, compile_source(bwd, dims=dims, delay=2).module)   # a hint's backward: still refused
 
 
+@pytest.mark.parametrize("plan", ["rows_replicated(2)", "features"])
+def test_plans_that_run_autograds_backward_refuse_only_a_hinted_other_one(plan, tmp_path):
+    """1.5D and P3's model-parallel layer 1 run autograd's backward order: a
+    hint's `backward = ...` there is a compile error at the partition hint
+    (was: compiled, and every rank refused it after partitioning); the same
+    order chosen by the cost is accepted (the ranks fall back to autograd's)."""
+    from gdsl.dist.support import check_supported
+    from gdsl.passes.order import linear_groups
+    from gdsl.compiler import compile_source
+    dims = {"N": 2708, "F": 1433, "C": 7, "E": 13264}
+    layer = 1 if plan == "features" else 2   # features: layer 1's product is the model-parallel one
+    for bwd, refused in (("", False), ("(backward = sparse_first)", True)):
+        src = _with(GCN, f"    order GCNConv#{layer} = sparse_first{bwd}")
+        mod = compile_source(src, dims=dims).module
+        if refused or layer == 2:   # (layer 1's input needs no gradient: there the cost takes autograd's)
+            assert not all(g.natural for g in linear_groups(mod))   # not autograd's own
+        if refused:
+            with pytest.raises(gdsl.GdslError, match=rf"partition = {plan.split('(')[0]} cannot run .*"
+                                                     "backward = sparse_first with memoize = false is not"):
+                check_supported(plan.split("(")[0], mod)
+            f = tmp_path / "hinted.gd"
+            f.write_text(_with(GCN, f"    order GCNConv#{layer} = sparse_first{bwd}\n    partition = {plan}"))
+            code, _, err = run_gdsl(["compile", str(f), "--data", "cora"])
+            assert code == 1 and "hinted.gd:35:17: error: partition = " in err and "note: this is the op" in err, err
+        else:
+            check_supported(plan.split("(")[0], mod)
+
+
 def test_undecided_without_data():
     ir = gdsl.compile(ROOT / "programs" / "gcn.gd").ir
     assert ir.count("order=sparse_first, order_by=undecided") == 2

@@ -223,25 +223,38 @@ class DistModule(ReferenceModule):
 
     def _check_linear_groups(self) -> None:
         """A backward order other than autograd's own (linear.py) runs its SpMMs
-        through `run_op` in both directions; refuse the plans where that is not
-        the same computation."""
-        for runner in self._lin_anchor.values():
+        through `run_op` in both directions; on the plans where that is not the
+        same computation, a backward order the order pass chose by cost falls
+        back to autograd's own (the same gradients; was: every rank refused it,
+        telling the user to drop hint options they never wrote), and one a hint
+        chose is refused."""
+        keep = {}
+        for anchor, runner in self._lin_anchor.items():
             g = runner.g
-            where = f"{self._vn(g.out)} ({g.agg.attrs.get('scope', '')})"
-            if any(op.result in self.cols_region for op in g.ops):
-                raise GdslError(f"{where}: backward = {g.bwd} with memoize = {str(g.memo).lower()} is not implemented "
-                                "in P3's model-parallel first layer (partition = features)")
-            if self.spec.strategy == "redistribute" and self.rdm_replicas < self.comm.size:
-                raise GdslError(f"{where}: backward = {g.bwd} with memoize = {str(g.memo).lower()} is not implemented "
-                                f"for redistribute({self.rdm_replicas}) (R_A < P), which runs autograd's own backward "
-                                "order (drop the order hint's backward/memoize options)")
-            if self.spec.strategy == "rows_replicated":
-                raise GdslError(f"{where}: backward = {g.bwd} with memoize = {str(g.memo).lower()} is not implemented "
-                                "for rows_replicated (1.5D) plans, which run autograd's own backward order (drop the "
-                                "order hint's backward/memoize options)")
-            if self.spec.strategy == "vertex_cut" and self.spec.delay != 0:
-                raise GdslError(f"{where}: a chosen backward order is not implemented with delayed aggregation "
-                                f"(delay = {self.spec.delay})")
+            why = self._linear_unsupported(g)
+            if why is None:
+                keep[anchor] = runner
+            elif g.agg.attrs.get("order_grad_by") == "hint":
+                raise GdslError(f"{self._vn(g.out)} ({g.agg.attrs.get('scope', '')}): {why}")
+        if len(keep) != len(self._lin_anchor):
+            self._lin_anchor = keep
+            self._lin_skip = {op for r in keep.values() for op in r.g.ops[:-1]}
+
+    def _linear_unsupported(self, g) -> str | None:
+        """Why this plan cannot run group `g`'s chosen backward order, or None."""
+        opts = f"backward = {g.bwd} with memoize = {str(g.memo).lower()} is not implemented"
+        if any(op.result in self.cols_region for op in g.ops):
+            return f"{opts} in P3's model-parallel first layer (partition = features)"
+        if self.spec.strategy == "redistribute" and self.rdm_replicas < self.comm.size:
+            return (f"{opts} for redistribute({self.rdm_replicas}) (R_A < P), which runs autograd's own backward "
+                    "order (drop the order hint's backward/memoize options)")
+        if self.spec.strategy == "rows_replicated":
+            return (f"{opts} for rows_replicated (1.5D) plans, which run autograd's own backward order (drop the "
+                    "order hint's backward/memoize options)")
+        if self.spec.strategy == "vertex_cut" and self.spec.delay != 0:
+            return (f"a chosen backward order is not implemented with delayed aggregation (delay = "
+                    f"{self.spec.delay}); drop the order hint's backward/memoize options")
+        return None
 
     # ---------------------------------------------------------------- views
     def _in_full(self, op: Op) -> bool:

@@ -176,8 +176,31 @@ def check_supported(s: str, module: Module, name=None) -> None:
         except GdslError as e:
             e.op = op   # where the program wrote it (the compiler's note)
             raise
-    if s == "features":
-        feature_region(module, name)
+    kind = feature_region(module, name)[0] if s == "features" else {}
+    _check_hinted_backward(s, module, name, {v for v, k in kind.items() if k in ("cols", "partial")})
+
+
+def _check_hinted_backward(s: str, module: Module, name, cols: set) -> None:
+    """A backward order an order hint chose (`backward = ...`, linear.py) runs
+    its SpMMs through the plan's ops in both directions; 1.5D and P3's
+    model-parallel layer 1 run autograd's own order only (the ranks'
+    `_check_linear_groups`, which also covers redistribute(R_A) with R_A < P).
+    A backward order the order pass chose by cost falls back there instead."""
+    if s not in ("rows_replicated", "features"):
+        return
+    from gdsl.passes.order import linear_groups
+    for g in linear_groups(module):
+        if g.natural or g.agg.attrs.get("order_grad_by") != "hint":
+            continue
+        if s == "features" and not any(op.result in cols for op in g.ops):
+            continue
+        what = "rows_replicated (1.5D) plans, which run autograd's own backward order" if s == "rows_replicated" \
+            else "P3's model-parallel first layer (partition = features)"
+        e = GdslError(f"partition = {s} cannot run {name(g.out)} ({g.agg.attrs.get('scope', '')}): backward = "
+                      f"{g.bwd} with memoize = {str(g.memo).lower()} is not implemented for {what}; drop the "
+                      "order hint's backward/memoize options")
+        e.op = g.agg
+        raise e
 
 
 def check_delay(delay, module: Module, name=None) -> None:
