@@ -133,8 +133,33 @@ def _unapplied_reorders(asked: dict[str, tuple[Span, str]], module: Module,
            "`src.h / dst.degree + src.h * 0.5`), and this one's message does not fold to that "
            "form; write the message as one product, or leave the order to the compiler")
     declined = declined or {}   # the order pass's own reason (a shared aggregation)
-    return [Diagnostic(span, f"{what}: {declined.get(scope, why)}")
+    return [Diagnostic(span, f"{what}: {declined.get(scope) or _other_reader(module, scope) or why}")
             for scope, (span, what) in asked.items() if scope not in done]
+
+
+def _other_reader(module: Module, scope: str) -> str | None:
+    """The reason a call's aggregation of the handled form was not reordered
+    when the form is there but something besides its `@` reads the
+    aggregation (`apply z = a * 2`, `dst.a` in a scatter, the layer's
+    result): `A X W` cannot become `A (X W)` while `A X` itself is used (was:
+    "this one's message does not fold to that form", wrong for a message
+    that does)."""
+    from gdsl.passes.order import Order
+    f = module.main
+    users = f.uses()
+    for t in f.ops:
+        if t.attrs.get("scope") != scope or (form := Order.match(t, lambda v, op: True)) is None:
+            continue
+        agg, scale = form
+        chain = [(agg.result, scale or t)] + ([(scale.result, t)] if scale is not None else [])
+        for v, next_op in chain:
+            others = [u for u in users.get(v, []) if u is not next_op]
+            if others or v in f.results:
+                where = f"at line {others[0].span.line}" if others and others[0].span.line > 0 else "as a result"
+                return (f"its aggregation (`A X`, before the `@`) is also read {where}, and dense-first computes "
+                        "A (X W) without it; read the aggregation only in the `@`, or leave the order to the "
+                        "compiler")
+    return None
 
 
 def _partition_hint_errors(checked: CheckedProgram, module: Module) -> list[Diagnostic]:

@@ -169,6 +169,21 @@ train t { model = M; loss = cross_entropy(Y, mask = train) }
 """
 
 
+def test_a_dense_first_hint_names_the_other_reader_of_the_aggregation(tmp_path):
+    """The message is one product (the handled form), but the aggregation is
+    read besides its `@`: the error says so and where. Was: "this one's
+    message does not fold to that form; write the message as one product"
+    (found by helper-57's unseen programs)."""
+    text = SUM_OF_MESSAGES.replace("MSG", "src.h * rsqrt(max(dst.degree, 1))").replace(
+        "    return t\n", "    apply z = a * 2\n    return t + z @ W\n")
+    f = tmp_path / "p.gd"
+    f.write_text(text + "schedule {\n    order L#1 = dense_first\n}\n")
+    code, _, err = run_gdsl(["compile", str(f)])
+    assert code == 1 and "order L#1 = dense_first cannot be carried out: its aggregation (`A X`, before the `@`) " \
+        "is also read at line 11, and dense-first computes A (X W) without it" in err, err
+    assert "write the message as one product" not in err
+
+
 @pytest.mark.parametrize("schedule,where,what", [
     ("    order L#1 = dense_first\n", "19:17", "order L#1 = dense_first cannot be carried out: the order pass"),
     ("    order L#2 = sparse_first(backward = sparse_first)\n", "19:17",
