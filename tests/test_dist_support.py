@@ -37,3 +37,25 @@ def test_1_5d_refuses_a_reduction_over_outgoing_edges():
 
 def test_the_same_program_over_incoming_edges_runs_on_1_5d():
     check_supported("rows_replicated", _module((ROOT / "programs" / "gcn.gd").read_text()))
+
+
+def test_features_says_which_of_its_needs_a_program_lacks():
+    """P3's split needs a feature input and layer 1's product in a transform
+    (a sync completes it). Was one message for both ("needs a feature input
+    and a sync after layer 1's transform"), wrong for this program, which has
+    a feature input and its `@` in an apply (helper-57)."""
+    apply_mm = """graph G
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train
+layer Lin[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    apply o = h @ W
+    return o
+}
+model M { return Lin[C](relu(Lin[16](X))) }
+train t { model = M; loss = cross_entropy(Y, mask = train) }
+"""
+    with pytest.raises(GdslError, match=r"^partition = features needs layer 1's product with a weight in a "
+                                        r"`transform`, which a sync completes .*this program has no transform"):
+        check_supported("features", _module(apply_mm))

@@ -40,8 +40,12 @@ def feature_region(module: Module, name=None) -> tuple[dict[Value, str], set[str
     syncs = [op for op in ops if op.name == "sync"]
     x = feature_input(module)
     feat = next((op.result for op in ops if op.name == "input" and op.attrs.get("name") == x), None)
-    if feat is None or not syncs:
-        raise GdslError("partition = features needs a feature input and a sync after layer 1's transform")
+    if feat is None:
+        raise GdslError("partition = features needs a feature input (an f32 vertex input) to split by columns")
+    if not syncs:   # (was one message for both: "needs a feature input and a sync ...", for a program with one)
+        raise GdslError("partition = features needs layer 1's product with a weight in a `transform`, which a sync "
+                        "completes (P3 §3.2: the partial sums over column slices are reduced there); this program "
+                        "has no transform (a `@` in an `apply` is not one)")
     kind: dict[Value, str] = {feat: "cols"}
     local_params: set[str] = set()
     elementwise = set(UNARY) | {"dropout"}
