@@ -11,6 +11,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import signal
 import sys
 import warnings
@@ -177,7 +178,12 @@ def _overrides(pairs: list[str], parser) -> dict:
             try:
                 out[k] = float(v)
             except ValueError:
-                parser.error(f"--set {k}: '{v}' is not a number")
+                # the language's multiplier suffixes too (`64K`, `1M`: docs/language.md); was refused
+                m = re.fullmatch(r"([-+]?)((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?[KMG])", v)
+                if m is None:
+                    parser.error(f"--set {k}: '{v}' is not a number")
+                from gdsl.frontend.parser import parse_number
+                out[k] = -parse_number(m.group(2)) if m.group(1) == "-" else parse_number(m.group(2))
     return out
 
 

@@ -65,6 +65,17 @@ def test_set_overrides_static_args():
     assert code == 0 and "f32[F, 32]" in out
     code, _, err = run_gdsl(["compile", GCN, "--set", "nosuch=3"])
     assert code == 1 and "GCN has no static argument 'nosuch'" in err
+    # numbers as the language writes them: multiplier suffixes (was: "'2K' is not a number")
+    for v, want in (("2K", "2000"), ("+1K", "1000")):
+        code, out, err = run_gdsl(["compile", GCN, "--set", f"hidden={v}", "--emit", "ir"])
+        assert code == 0 and f"f32[F, {want}]" in out, (v, err)
+    code, _, err = run_gdsl(["compile", GCN, "--set", "hidden=1.5K"])   # a float, as in a program
+    assert code == 1 and "must be" in err, err
+    code, _, err = run_gdsl(["compile", GCN, "--set", "p=-1K"])
+    assert code == 1 and "-1000" in err, err   # a value, refused by the program (dropout in [0, 1))
+    for bad in ("2k", "2KM", "K", "2 K", "0x10"):
+        code, _, err = run_gdsl(["compile", GCN, "--set", f"hidden={bad}"])
+        assert code == 2 and f"--set hidden: '{bad}' is not a number" in err, (bad, err)
 
 
 def test_run_json_and_determinism(tmp_path):
