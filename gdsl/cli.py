@@ -277,8 +277,10 @@ def cmd_plan(args, parser) -> int:
         if kv.strip():
             k, sep, v = kv.partition("=")
             k = k.strip()
-            if not sep or not v.strip().isdigit():
+            if not sep or re.fullmatch(r"\d+[KMG]?", v.strip()) is None:   # 2708, or 100M as in a program
                 parser.error(f"--dims expects NAME=INT pairs, got '{kv}'")
+            from gdsl.frontend.parser import parse_number
+            v = str(parse_number(v.strip()))
             if k in given:
                 parser.error(f"--dims gives {k} twice")
             if args.data and k in ("N", "E"):

@@ -46,6 +46,13 @@ def test_plan_dims_and_memory_budget():
                                "--np", "64", "--mem-per-rank", "8G"])
     assert code == 0, err
     assert "fits 8 GiB per rank" in out
+    # the language's multiplier suffixes (decimal, as in a program; --mem-per-rank's are binary bytes)
+    short = run_gdsl(["plan", str(ROOT / "programs" / "sage.gd"), "--dims", "N=2400K,E=124M,F=100,C=47",
+                      "--np", "64", "--mem-per-rank", "8G"])
+    assert short == (0, out, err)
+    for bad in ("N=2.4M", "N=24k", "N=1MK"):
+        code, _, e = run_gdsl(["plan", GCN, "--dims", bad, "--np", "4"])
+        assert code == 2 and f"--dims expects NAME=INT pairs, got '{bad}'" in e, e
     code, out, err = run_gdsl(["plan", str(ROOT / "programs" / "sage.gd"), "--dims", "N=2400000,E=124000000,F=100,C=47",
                                "--np", "2", "--mem-per-rank", "1M"])
     assert code == 1 and "no plan fits in 1 MiB per rank" in err and "needs" in err
