@@ -410,6 +410,21 @@ def test_unclosed_brace(tmp_path, capsys):
     assert "prog.gd:25:12: note: '{' opened here is never closed" in err
 
 
+def test_a_call_reference_outside_an_order_hint_is_a_comment_that_takes_the_brace(tmp_path, capsys):
+    """`L#1` outside an order hint: '#' starts a comment, the '}' after it
+    goes with it, and the parser fails on the next line. The note says which
+    brace and why (was: the error at the next line alone, no note)."""
+    src = edit("gcn.gd", "    return GCNConv[C](h)\n}", "    return GCNConv#2[C](h) }")
+    err, errors = compile_errors(tmp_path, capsys, src)
+    assert errors[0]["msg"] == "unexpected 'cora', expected '='", err
+    assert ("prog.gd:18:33: note: '{' opened here is never closed (a '#' starts a comment to the end of its line, "
+            "the closing bracket after it included; `Layer#k` names a call only in a schedule's order hint)") in err
+    # an order hint's `L#k` on one line with its braces is no comment: no such note for an error after it
+    ok = (PROGRAMS / "gcn.gd").read_text() + "schedule { order GCNConv#1 = dense_first; cache = @ }\n"
+    err, errors = compile_errors(tmp_path, capsys, ok)
+    assert len(errors) == 1 and "never closed" not in err, err
+
+
 def test_the_expected_tokens_are_those_the_parser_takes(tmp_path, capsys):
     # inside [ ] a newline is skipped and ')' closes nothing: neither is offered
     # (was: LALR's lookahead set, "expected one of '(', ')', '+', ',', '-', ..." and "..., newline, ...")

@@ -194,8 +194,10 @@ def _check_depth(tree, file: str, source: str) -> None:
 _CLOSER = {")": "(", "]": "[", "}": "{"}
 
 
-def _brackets_at(source: str, pos: int) -> tuple[list[int], set[int]]:
-    """The brackets open at `pos` (offsets, innermost last) and those never closed."""
+def _brackets_at(source: str, pos: int, callrefs: bool = True) -> tuple[list[int], set[int]]:
+    """The brackets open at `pos` (offsets, innermost last) and those never
+    closed. `callrefs`: `L#1` is a call reference (an order hint's), not a
+    comment; else every `#` starts one (as the lexer reads it outside order hints)."""
     stack: list[int] = []
     never: set[int] = set()
     at_pos: list[int] | None = None
@@ -204,7 +206,8 @@ def _brackets_at(source: str, pos: int) -> tuple[list[int], set[int]]:
         if at_pos is None and i >= pos:
             at_pos = list(stack)
         c = source[i]
-        if c == "#" and not (i and (source[i - 1].isalnum() or source[i - 1] == "_") and source[i + 1:i + 2].isdigit()):
+        if c == "#" and not (callrefs and i and (source[i - 1].isalnum() or source[i - 1] == "_")
+                             and source[i + 1:i + 2].isdigit()):
             nl = source.find("\n", i)
             i = len(source) if nl < 0 else nl
             continue
@@ -222,13 +225,32 @@ def _brackets_at(source: str, pos: int) -> tuple[list[int], set[int]]:
 def _unclosed_note(source: str, pos: int, file: str) -> tuple[Diagnostic, ...]:
     """A note at the innermost bracket open at `pos` if it is never closed
     (a missing ')' makes the parser fail lines later, at the next statement)."""
+    why = ""
     at_pos, never = _brackets_at(source, pos)
     if not at_pos or at_pos[-1] not in never:
-        return ()
+        # `model M { return L#1[C](X) }`: outside an order hint `#` starts a comment, which
+        # takes the `}` with it (was: an error at the next line and no note)
+        at_pos, never = _brackets_at(source, pos, callrefs=False)
+        if not at_pos or at_pos[-1] not in never or not _callref_outside_order(source, at_pos[-1], pos):
+            return ()
+        why = (" (a '#' starts a comment to the end of its line, the closing bracket after it included; "
+               "`Layer#k` names a call only in a schedule's order hint)")
     o = at_pos[-1]
     line = source.count("\n", 0, o) + 1
     col = o - (source.rfind("\n", 0, o) + 1) + 1
-    return (Diagnostic(Span(line, col, line, col + 1, file), f"'{source[o]}' opened here is never closed", "note"),)
+    return (Diagnostic(Span(line, col, line, col + 1, file), f"'{source[o]}' opened here is never closed{why}",
+                       "note"),)
+
+
+def _callref_outside_order(source: str, start: int, end: int) -> bool:
+    """Between `start` and `end` a `Name#k` that is not an order hint's call
+    reference (`order L#1 = ...`), which the lexer reads as a comment."""
+    for m in re.finditer(r"(\w+)#\d", source[start:end]):
+        i = start + m.start()
+        head = source[source.rfind("\n", 0, i) + 1:i]
+        if not re.search(r"\border\s*$", head):
+            return True
+    return False
 
 
 def _tok_span(t: Token, file: str) -> Span:
