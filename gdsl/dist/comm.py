@@ -39,6 +39,18 @@ def mpi():
     return _MPI
 
 
+def mpi_type(t: torch.Tensor):
+    """The MPI datatype of a float tensor's elements (was: MPI.FLOAT hard-coded
+    in allgatherv, P3's block bcast / reduce and cd-r's ialltoallv, so a
+    float64 tensor came back as garbage; only alltoallv chose)."""
+    MPI = mpi()
+    if t.dtype == torch.float32:
+        return MPI.FLOAT
+    if t.dtype == torch.float64:
+        return MPI.DOUBLE
+    raise TypeError(f"MPI collectives here take float32 or float64 tensors, not {t.dtype}")
+
+
 class Watchdog:
     """What this rank is waiting for in MPI, and since when: the blocking
     calls run inside `waiting(what)`, and the thread `start_watchdog` starts
@@ -177,7 +189,7 @@ class Comm:
         sc, rc = send_rows * row, recv_rows * row
         sd = np.concatenate([[0], np.cumsum(sc)[:-1]]).astype(np.int64)
         rd = np.concatenate([[0], np.cumsum(rc)[:-1]]).astype(np.int64)
-        dt = MPI.FLOAT if send.dtype == torch.float32 else MPI.DOUBLE
+        dt = mpi_type(send)
         t0 = time.perf_counter()
         with waiting(f"alltoallv '{label}'"):
             self.comm.Alltoallv([_np(send), (sc, sd), dt], [out.numpy(), (rc, rd), dt])
@@ -197,7 +209,7 @@ class Comm:
         d = np.concatenate([[0], np.cumsum(c)[:-1]]).astype(np.int64)
         t0 = time.perf_counter()
         with waiting(f"allgatherv '{label}'"):
-            self.comm.Allgatherv(_np(x), [out.numpy(), (c, d), MPI.FLOAT])
+            self.comm.Allgatherv(_np(x), [out.numpy(), (c, d), mpi_type(x)])
         dt_s = time.perf_counter() - t0
         b = x.element_size()
         self.stats.add("allgatherv", label, c[self.rank] * (self.size - 1) * b, (c.sum() - c[self.rank]) * b, dt_s)

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from gdsl.diagnostics import GdslError
-from gdsl.dist.comm import Comm, host, waiting
+from gdsl.dist.comm import Comm, host, mpi_type, waiting
 
 
 def as_tensor(a: np.ndarray, device: torch.device | str, dtype=None) -> torch.Tensor:
@@ -234,8 +234,8 @@ class BlockBcast(torch.autograd.Function):
             buf = host(x).clone() if q == my_block else torch.empty((rows,) + tuple(x.shape[1:]), dtype=x.dtype)
             t0 = time.perf_counter()
             with waiting(f"bcast '{label} fwd'"):
-                comm.comm.Bcast([buf.numpy(), MPI.FLOAT], root=q)
-            nbytes = buf.numel() * 4
+                comm.comm.Bcast([buf.numpy(), mpi_type(buf)], root=q)
+            nbytes = buf.numel() * buf.element_size()
             comm.stats.add("bcast", label + " fwd", nbytes * (comm.size - 1) if q == my_block else 0,
                            0 if q == my_block else nbytes, time.perf_counter() - t0)
             outs.append(buf)
@@ -254,9 +254,9 @@ class BlockBcast(torch.autograd.Function):
             recv = torch.empty_like(part) if q == ctx.my_block else None
             t0 = time.perf_counter()
             with waiting(f"reduce '{ctx.label} bwd'"):
-                comm.comm.Reduce([part.numpy(), MPI.FLOAT], None if recv is None else [recv.numpy(), MPI.FLOAT],
-                                 op=MPI.SUM, root=q)
-            nbytes = part.numel() * 4
+                comm.comm.Reduce([part.numpy(), mpi_type(part)], None if recv is None else
+                                 [recv.numpy(), mpi_type(recv)], op=MPI.SUM, root=q)
+            nbytes = part.numel() * part.element_size()
             comm.stats.add("reduce", ctx.label + " bwd", 0 if q == ctx.my_block else nbytes,
                            nbytes * (comm.size - 1) if q == ctx.my_block else 0, time.perf_counter() - t0)
             if recv is not None:
@@ -483,7 +483,8 @@ class DelayPipe:
         me, b = self.comm.rank, send.element_size()
         self.comm.stats.add("ialltoallv", f"{self.label} {what} (delayed)", (sc_e.sum() - sc_e[me]) * b,
                             (rc_e.sum() - rc_e[me]) * b)
-        return self.comm.comm.Ialltoallv([send.numpy(), (sc_e, sd), MPI.FLOAT], [recv.numpy(), (rc_e, rd), MPI.FLOAT])
+        return self.comm.comm.Ialltoallv([send.numpy(), (sc_e, sd), mpi_type(send)],
+                                         [recv.numpy(), (rc_e, rd), mpi_type(recv)])
 
     def finish(self) -> None:
         """Complete the sends in flight; what they received stays for the
