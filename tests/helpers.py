@@ -121,3 +121,20 @@ def interrupt_in_evaluation(monkeypatch, epoch: int) -> None:
             raise KeyboardInterrupt
         return real(*a, **k)
     monkeypatch.setattr(trainer, "accuracy", accuracy)
+
+
+FAKE_MPI = dict(FLOAT="f", DOUBLE="d", SUM="sum", MAX="max", MIN="min", IN_PLACE=None)
+
+
+def fake_mpi(monkeypatch, **more) -> None:
+    """mpi4py's constants as plain names, for tests of gdsl.dist with a fake
+    communicator (no MPI in the test process); `more` adds attributes."""
+    from types import SimpleNamespace
+
+    import gdsl.dist.comm as comm_mod
+    monkeypatch.setattr(comm_mod, "_MPI", SimpleNamespace(**FAKE_MPI, **more))
+
+
+def traffic(c) -> dict:
+    """A Comm's accounting since the last call: (collective, label) -> (sent, recv, calls)."""
+    return {k: (t.sent, t.recv, t.calls) for k, t in c.stats.take().items()}

@@ -4,14 +4,13 @@ the cost model is compared with) and the counts/displacements it hands
 MPI, on a fake communicator that plays the other ranks. (The MPI tests
 check only the *received* bytes of allgatherv / reduce_scatter and
 alltoallv's halo rows; the sent side and the displacements were free.)"""
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
-from gdsl.dist import comm as comm_mod
 from gdsl.dist.comm import Comm
+from helpers import fake_mpi, traffic
 
 
 class FakeMPIComm:
@@ -53,12 +52,7 @@ class FakeMPIComm:
 
 @pytest.fixture(autouse=True)
 def no_mpi(monkeypatch):
-    monkeypatch.setattr(comm_mod, "_MPI", SimpleNamespace(FLOAT="f", DOUBLE="d", SUM="sum", MAX="max", MIN="min",
-                                                          IN_PLACE=None))
-
-
-def _traffic(c: Comm):
-    return {k: (t.sent, t.recv, t.calls) for k, t in c.stats.take().items()}
+    fake_mpi(monkeypatch)
 
 
 def test_allgatherv_counts_one_send_per_peer_and_every_other_block_received():
@@ -71,7 +65,7 @@ def test_allgatherv_counts_one_send_per_peer_and_every_other_block_received():
     assert torch.equal(out[2:5], x)                               # own block at its displacement
     assert (out[:2] == 100).all() and (out[5:] == 102).all()      # the others', in rank order
     # sent = own block * (P - 1) (a broadcast of it to every peer); recv = the others' blocks
-    assert _traffic(c) == {("allgatherv", "h"): (3 * f * 4 * (size - 1), (2 + 5) * f * 4, 1)}
+    assert traffic(c) == {("allgatherv", "h"): (3 * f * 4 * (size - 1), (2 + 5) * f * 4, 1)}
 
 
 def test_reduce_scatter_is_the_transpose_of_allgatherv():
@@ -82,7 +76,7 @@ def test_reduce_scatter_is_the_transpose_of_allgatherv():
     out = c.reduce_scatter(x, rows, "g")
     assert out.shape == (2, f) and (out == 1 + 101 + 102).all()
     # sent = every other rank's block of the operand; recv = own block * (P - 1)
-    assert _traffic(c) == {("reduce_scatter", "g"): ((3 + 5) * f * 4, 2 * f * 4 * (size - 1), 1)}
+    assert traffic(c) == {("reduce_scatter", "g"): ((3 + 5) * f * 4, 2 * f * 4 * (size - 1), 1)}
 
 
 def test_alltoallv_leaves_the_own_block_out_of_the_count_and_places_blocks_by_source():
@@ -95,7 +89,7 @@ def test_alltoallv_leaves_the_own_block_out_of_the_count_and_places_blocks_by_so
     assert out.shape == (7, f)
     assert (out[:3] == 100).all()
     assert torch.equal(out[3:], send[3:])        # my own rows to myself, from their displacement
-    assert _traffic(c) == {("alltoallv", "a"): ((1 + 2) * f * 4, 3 * f * 4, 1)}
+    assert traffic(c) == {("alltoallv", "a"): ((1 + 2) * f * 4, 3 * f * 4, 1)}
 
 
 def test_allreduce_counts_the_buffer_both_ways_and_only_with_peers():
@@ -103,7 +97,7 @@ def test_allreduce_counts_the_buffer_both_ways_and_only_with_peers():
     x = torch.zeros(5, dtype=torch.float32)
     c.allreduce_(x, "y")
     assert (x == 101).all()
-    assert _traffic(c) == {("allreduce", "y"): (20, 20, 1)}
+    assert traffic(c) == {("allreduce", "y"): (20, 20, 1)}
     one = Comm(FakeMPIComm(0, 1))
     one.allreduce_(torch.zeros(5), "y")
-    assert _traffic(one) == {}
+    assert traffic(one) == {}

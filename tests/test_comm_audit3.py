@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import threading
 import time
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -16,6 +15,7 @@ import torch
 
 from gdsl.dist import comm as comm_mod
 from gdsl.dist.comm import Comm, start_watchdog
+from helpers import fake_mpi
 
 _OPS = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
@@ -52,8 +52,7 @@ class Peer:
 
 @pytest.fixture(autouse=True)
 def no_mpi(monkeypatch):
-    monkeypatch.setattr(comm_mod, "_MPI", SimpleNamespace(FLOAT="f", DOUBLE="d", SUM="sum", MAX="max", MIN="min",
-                                                          IN_PLACE=None))
+    fake_mpi(monkeypatch)
 
 
 @pytest.mark.parametrize("dtype,mpi_type", [(torch.float64, "d"), (torch.float32, "f")])

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import torch
 
-from gdsl.dist import comm as comm_mod
 from gdsl.dist import functions as fn
 from gdsl.dist.comm import Comm
+from helpers import fake_mpi, traffic
 
 
 class Other:
@@ -52,12 +52,7 @@ class Other:
 
 @pytest.fixture(autouse=True)
 def no_mpi(monkeypatch):
-    monkeypatch.setattr(comm_mod, "_MPI", SimpleNamespace(FLOAT="f", DOUBLE="d", SUM="sum", MAX="max", MIN="min",
-                                                          IN_PLACE=None))
-
-
-def _traffic(c: Comm):
-    return {k: (t.sent, t.recv, t.calls) for k, t in c.stats.take().items()}
+    fake_mpi(monkeypatch)
 
 
 def test_block_bcast_counts_its_own_block_once_per_peer_and_reduces_to_each_root():
@@ -71,11 +66,11 @@ def test_block_bcast_counts_its_own_block_once_per_peer_and_reduces_to_each_root
     out = fn.BlockBcast.apply(x, c, [(0, 2), (2, 1)], 0, "h")
     assert torch.equal(out[:2], x.detach()) and (out[2:] == 102).all()
     row = f * 4
-    assert _traffic(c) == {("bcast", "h fwd"): (2 * row * 2, 1 * row, 2)}
+    assert traffic(c) == {("bcast", "h fwd"): (2 * row * 2, 1 * row, 2)}
     out.backward(torch.ones_like(out))
     assert [k for k in peer.calls if k[0] == "Reduce"] == [("Reduce", 0, "sum"), ("Reduce", 2, "sum")]
     assert (x.grad == 1 + 101 + 102).all()   # my block's gradient summed over the column
-    assert _traffic(c) == {("reduce", "h bwd"): (1 * row, 2 * row * 2, 2)}
+    assert traffic(c) == {("reduce", "h bwd"): (1 * row, 2 * row * 2, 2)}
 
 
 def test_pull_rows_labels_its_forward_and_backward_apart():
@@ -87,7 +82,7 @@ def test_pull_rows_labels_its_forward_and_backward_apart():
     out = fn.PullRows.apply(x, c, rows, "s sync(pull)")
     assert out.shape == (3, 2) and (out == 1).all()
     out.backward(torch.ones_like(out))
-    assert set(_traffic(c)) == {("reduce_scatter", "s sync(pull) fwd"), ("allgatherv", "s sync(pull) bwd")}
+    assert set(traffic(c)) == {("reduce_scatter", "s sync(pull) fwd"), ("allgatherv", "s sync(pull) bwd")}
     assert (x.grad[:2] == 100).all() and (x.grad[2:] == 1).all()
 
 
@@ -108,9 +103,7 @@ class SelfExchange(Other):
 
 @pytest.fixture
 def pipe_factory(monkeypatch):
-    monkeypatch.setattr(comm_mod, "_MPI", SimpleNamespace(FLOAT="f", DOUBLE="d", SUM="sum", MAX="max", MIN="min",
-                                                          IN_PLACE=None,
-                                                          Request=SimpleNamespace(Waitall=lambda reqs: None)))
+    fake_mpi(monkeypatch, Request=SimpleNamespace(Waitall=lambda reqs: None))
 
     def make(r=1):
         c = Comm(SelfExchange())
