@@ -89,10 +89,30 @@ def test_a_diverged_run_is_reported_once(tmp_path, P):
     assert errors(r) == ["gdsl: error: epoch 2: the loss is nan; training diverged (try a smaller lr)"]
 
 
+def test_a_named_plan_the_ranks_cannot_run_is_refused_before_partitioning(tmp_path):
+    """The ranks' own check, made by the launcher (and by `gdsl partition`):
+    nothing is partitioned or started, and the op's place is named."""
+    r = gdsl_here("run", GAT, "--np", "3", "--partition", "redistribute", "--epochs", "1")
+    assert r.returncode == 1 and "partitioned in" not in r.stderr
+    (line,) = errors(r)
+    assert line.startswith("gdsl: error: --partition redistribute: partition = redistribute (RDM) cannot run op %a "
+                           "(gat_aggregate)") and line.endswith("gat.gd:17:19)"), line
+    r = gdsl_here("partition", GAT, "--np", "2", "--partition", "rows_replicated(2)", "--out", str(tmp_path / "p"))
+    assert r.returncode == 1 and not (tmp_path / "p").exists()
+    assert errors(r)[0].startswith("gdsl: error: --partition rows_replicated(2): partition = rows_replicated "
+                                   "cannot run op %a (gat_aggregate): an edge softmax needs")
+
+
 @pytest.mark.mpi
 @pytest.mark.skipif(not _has_mpi(), reason="needs mpi4py and mpiexec")
-def test_a_plan_every_rank_refuses_is_reported_once():
-    r = gdsl("run", GAT, "--np", "3", "--partition", "redistribute", "--epochs", "1")
+def test_a_plan_every_rank_refuses_is_reported_once(tmp_path):
+    """The ranks check a plan again (a partition written by other means): every
+    rank refuses it alike, and it is reported once."""
+    import gdsl as g
+    from gdsl.dist.part import parse_spec
+    from gdsl.dist.run import write_partition
+    write_partition(g.compile(GAT), g.load_graph(), parse_spec("redistribute"), 3, tmp_path / "p")
+    r = gdsl("run", GAT, "--np", "3", "--parts", str(tmp_path / "p"), "--epochs", "1")
     assert r.returncode == 1
     (line,) = errors(r)
     assert line.startswith("gdsl: error: partition = redistribute (RDM) cannot run op")

@@ -84,25 +84,13 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
         if P == 1:
             text = "replicate"
         else:
-            from gdsl.planning import parse_bytes, plan
-            from gdsl.runtime.binding import bind_dims
-            dims = bind_dims(prog.checked, graph)
-            opts = prog.checked.graph_options
-            g = graph.with_options(self_loops=opts.get("self_loops", False), symmetric=opts.get("symmetric", False))
-            dims["E"] = g.num_edges
             from gdsl.compiler import compile_source
+            from gdsl.planning import first_runnable, parse_bytes, plan
+            dims, g, ir = _ranks_ir(prog, graph)
             lowered = compile_source(prog.source, prog.file, dims=dims, overrides=prog.overrides,
                                      train=prog.train_name, stop_after="lower").module
             pl = plan(lowered, dims, P, parse_bytes(mem_per_rank) if mem_per_rank else None,
                       allow_approximate=delay != 0, graph=g)
-            from gdsl.planning import first_runnable
-            optimised = {}   # the ranks' IR, per delay (the order pass reads it): what check_supported sees
-
-            def ir(d):
-                if d not in optimised:
-                    optimised[d] = compile_source(prog.source, prog.file, dims=dims, overrides=prog.overrides,
-                                                  train=prog.train_name, delay=d).module
-                return optimised[d]
             found = first_runnable(pl.choice, P, ir, approximate=delay != 0, delay=delay, halo=halo, seed=seed)
             if found is not None:
                 cand, spec = found
@@ -114,7 +102,46 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
                     print(f"gdsl: partition = auto: the cost model chose {cand.name}{note}", file=sys.stderr)
                 return spec
             raise GdslError("partition = auto: no executable plan fits; name one with --partition")
-    return parse_spec(text, delay=delay, halo=halo, seed=seed)
+    spec = parse_spec(text, delay=delay, halo=halo, seed=seed)
+    if spec.strategy != "replicate":
+        _refuse_unrunnable(spec, f"--partition {partition}" if partition else f"partition = {text} (the schedule's "
+                           "hint)", _ranks_ir(prog, graph)[2], prog.file)
+    return spec
+
+
+def _ranks_ir(prog, graph):
+    """(dims, graph with the program's graph options, ir): `ir(delay)` is the
+    optimised IR each rank compiles for a plan with that delay (run.make_model;
+    the order pass reads the delay), compiled once per delay."""
+    from gdsl.compiler import compile_source
+    from gdsl.runtime.binding import bind_dims
+    dims = bind_dims(prog.checked, graph)
+    opts = prog.checked.graph_options
+    g = graph.with_options(self_loops=opts.get("self_loops", False), symmetric=opts.get("symmetric", False))
+    dims["E"] = g.num_edges
+    optimised = {}
+
+    def ir(d):
+        if d not in optimised:
+            optimised[d] = compile_source(prog.source, prog.file, dims=dims, overrides=prog.overrides,
+                                          train=prog.train_name, delay=d).module
+        return optimised[d]
+    return dims, g, ir
+
+
+def _refuse_unrunnable(spec: Spec, named: str, ir, file: str) -> None:
+    """The ranks' own check (DistModule._check_supported) of a named plan, made
+    before partitioning (was: the graph was partitioned and the ranks started,
+    then they refused it, with no place in the program)."""
+    from gdsl.dist.support import check_delay, check_supported
+    module = ir(spec.delay)
+    try:
+        check_supported(spec.strategy, module)
+        check_delay(spec.delay if spec.strategy == "vertex_cut" else 0, module)
+    except GdslError as e:
+        op = getattr(e, "op", None)
+        at = f" ({file}:{op.span.line}:{op.span.col})" if op is not None and op.span.line > 0 else ""
+        raise GdslError(f"{named}: {e}{at}") from None
 
 
 def worker_args(args, prog, parts: str) -> dict:
