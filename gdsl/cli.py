@@ -654,6 +654,11 @@ MAX_RANKS = 10_000_000   # --np: more than any MPI job runs today; bounds the pl
 
 
 def main(argv: list[str] | None = None) -> int:
+    for stream in ("stdout", "stderr"):
+        if getattr(sys, stream) is None:
+            # started with the descriptor closed (`gdsl run ... >&-`): Python's stream is None; what gdsl
+            # prints goes nowhere (was: internal error at the first flush, and --json / --save not written)
+            setattr(sys, stream, open(os.devnull, "w"))   # noqa: SIM115 - the process's stream, open to its end
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
     if extra:   # the command's usage and `gdsl COMMAND: error:` (was: the top-level usage)

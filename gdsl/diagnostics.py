@@ -52,13 +52,18 @@ class Error(Exception):
     of gdsl's own is neither."""
 
 
+def _line(d: Diagnostic) -> str:
+    """``file:line:col: severity: message``, marked as the CLI marks it."""
+    return f"{d.span}: {d.severity}: {d.message}" + (" (needs data)" if d.needs_data else "")
+
+
 class CompileError(Error):
     """One or more user errors; carries the collected diagnostics."""
 
     def __init__(self, diagnostics: list[Diagnostic], source: str | None = None):
         self.diagnostics = sorted(diagnostics, key=Diagnostic.sort_key)
         self.source = source
-        super().__init__("\n".join(f"{d.span}: {d.severity}: {d.message}" for d in self.diagnostics))
+        super().__init__("\n".join(_line(d) + "".join(f"\n  {_line(n)}" for n in d.notes) for d in self.diagnostics))
 
     @property
     def needs_data(self) -> bool:
@@ -109,15 +114,19 @@ class DiagnosticBag:
 
 
 MAX_SHOWN = 120  # source characters shown around a caret
+# characters that move a terminal's cursor off the line (or are line breaks to Unicode): one column each
+_ONE_COLUMN = {ord(c): " " for c in "\f\v\r\x1c\x1d\x1e\x85\u2028\u2029"}
 
 
 def render(diag: Diagnostic, source: str | None) -> str:
     """Render one diagnostic like clang: header, source line, caret."""
-    out = [f"{diag.span}: {diag.severity}: {diag.message}" + (" (needs data)" if diag.needs_data else "")]
-    lines = source.splitlines() if source else []
+    out = [_line(diag)]
+    # lines as the parser counts them, at "\n" only (was splitlines(), which also breaks at a form feed,
+    # vertical tab, NEL, U+2028, ...: every later error showed the wrong line under a right line:col)
+    lines = source.split("\n") if source else []
     sp = diag.span
     if sp.known and 1 <= sp.line <= len(lines):
-        text = lines[sp.line - 1].expandtabs(1)
+        text = lines[sp.line - 1].removesuffix("\r").expandtabs(1).translate(_ONE_COLUMN)
         width = 1
         if sp.end_line == sp.line and sp.end_col > sp.col:
             width = sp.end_col - sp.col

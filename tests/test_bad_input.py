@@ -307,6 +307,20 @@ def test_an_optimizer_step_beyond_float32_is_a_diverged_run(tmp_path, capsys):
     assert rc == 1 and "epoch 1: the optimizer step overflows float32 (lr = 1e+38); training diverged" in err
 
 
+def test_optimizer_numbers_reach_torch_as_floats_and_an_overflow_names_the_option(tmp_path, capsys):
+    """An integer option beyond int64 reached torch as an int ("int too big to
+    convert" at the second step, exit 3; helper-59); a weight_decay of 1e39 was
+    blamed on lr."""
+    p = prog(tmp_path, "gcn.gd", ("adam(lr = 0.01, weight_decay = 5e-4)",
+                                  "sgd(lr = 0.01, momentum = 99999999999999999999)"))
+    rc, _, err = run(capsys, "run", str(p), "--epochs", "3", "--backend", "reference")
+    assert "internal" not in err and (rc == 0 or "training diverged" in err), err
+    p = prog(tmp_path, "gcn.gd", ("adam(lr = 0.01, weight_decay = 5e-4)", "sgd(lr = 0.01, weight_decay = 1e39)"))
+    rc, _, err = run(capsys, "run", str(p), "--epochs", "2", "--backend", "reference")
+    assert rc == 1 and "epoch 1: the optimizer step overflows float32 (lr = 0.01, weight_decay = 1e+39); training " \
+        "diverged (try a smaller lr or weight_decay)" in err, err
+
+
 def test_a_diverged_run_still_writes_its_json(tmp_path, capsys):
     """The epochs before the divergence go to --json, with "diverged" (the
     error's message); exit 1 with the error as before. Was: no file."""

@@ -198,6 +198,23 @@ def test_real_process_exit_codes_and_no_traceback(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
 
 
+def test_a_closed_stdout_or_stderr_is_no_internal_error_and_keeps_the_files(tmp_path):
+    """Started with descriptor 1 (or 2) closed, Python's sys.stdout is None
+    (helper-59: `gdsl passes >&-` was exit 3, "'NoneType' object has no
+    attribute 'flush'", and `run` wrote neither --json nor --save)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GDSL_TEST_WARM": "0"}
+    gd = f"{sys.executable} -m gdsl"
+    for cmd in ("passes", f"compile {GCN}"):
+        for closed in (">&-", "2>&-"):
+            r = subprocess.run(["bash", "-c", f"{gd} {cmd} {closed}; echo rc=$?"], capture_output=True, text=True,
+                               env=env, cwd=tmp_path)
+            assert r.stdout.strip().endswith("rc=0") and "internal" not in r.stderr, (cmd, closed, r.stdout, r.stderr)
+    r = subprocess.run(["bash", "-c", f"{gd} run {GCN} --backend reference --epochs 1 --json j.json --save m.pt >&-"],
+                       capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert r.returncode == 0 and "internal" not in r.stderr, r.stderr
+    assert json.loads((tmp_path / "j.json").read_text())["epochs"] and (tmp_path / "m.pt").stat().st_size > 0
+
+
 def test_compile_and_plan_without_data_do_not_import_torch(tmp_path):
     """torch takes a second or more to import; `gdsl compile` (also with
     --dump-dir) and `gdsl plan` (also with --json) without --data do not

@@ -85,3 +85,22 @@ def test_needs_data_only_when_every_error_does():
     text = render_all(mixed)
     assert "(needs data)" in text and text.endswith("they are checked against the data's values")
     assert [d.span.line for d in mixed.diagnostics] == [1, 2]    # sorted by position
+
+
+def test_lines_are_counted_at_newlines_only_as_the_parser_counts_them():
+    """A form feed (whitespace to the grammar), vertical tab, NEL or U+2028
+    is not a line break: was splitlines(), so every later error showed the
+    line above its own, the caret past its end (helper-59). CRLF files show
+    their lines without the CR."""
+    import gdsl
+    src = "graph G (self_loops)  # a@b\ninput X : vertex f32[F]\nmodel M {\n    return X%+ gelu(X)\n}\n"
+    for sep, eol in (("\f", "\n"), ("\v", "\n"), ("\x85", "\n"), ("\u2028", "\n"), (" ", "\r\n")):
+        try:   # in a comment; a form feed also between tokens, where the grammar takes it as a space
+            gdsl.compile(src.replace("@", sep).replace("%", "\f" if sep == "\f" else " ").replace("\n", eol))
+        except CompileError as e:
+            lines = render_all(e).splitlines()
+        else:
+            raise AssertionError("compiled")
+        assert lines == ["<input>:4:16: error: unknown function 'gelu'",
+                         "   4 |     return X + gelu(X)",
+                         "     |                ^^^^"], (repr(sep), lines)

@@ -59,3 +59,42 @@ train t { model = M; loss = cross_entropy(Y, mask = train) }
     with pytest.raises(GdslError, match=r"^partition = features needs layer 1's product with a weight in a "
                                         r"`transform`, which a sync completes .*this program has no transform"):
         check_supported("features", _module(apply_mm))
+
+
+FEATURE_ADD = """graph G (self_loops, symmetric)
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train
+layer Conv[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    param v : f32[din] = ones
+    transform t = (h + ADDEND) @ W
+    sync      s = sum(t)
+    scatter   m = src.s * rsqrt(src.degree * dst.degree)
+    gather    a = sum(m)
+    return a
+}
+model M { return Conv[C](relu(Conv[8](X))) }
+train t { model = M; loss = cross_entropy(Y, mask = train) }
+schedule { partition = PLAN }
+"""
+
+
+@pytest.mark.filterwarnings("ignore:.*param 'v' of layer Conv is never used")
+def test_features_adds_a_scalar_before_the_product_and_names_what_it_cannot_slice():
+    """A scalar added to layer 1's feature columns is element-wise, so
+    column-separable (helper-58: `(h * 2 + 1) @ W` was refused as "mixes
+    feature columns"); a per-feature param is refused with that reason, and
+    as a schedule hint the compile error has a note at the op."""
+    check_supported("features", _module(FEATURE_ADD.replace("ADDEND", "1").replace("PLAN", "auto")))
+    check_supported("features", _module(FEATURE_ADD.replace("h + ADDEND", "2 - h").replace("PLAN", "auto")))
+    per_feature = FEATURE_ADD.replace("ADDEND", "v")
+    with pytest.raises(GdslError, match=r"^partition = features: op %\S+ \(add\) in layer 1: adding %v \(a learned "
+                                        r"value \(a param or computed from one\)\) before layer 1's '@' cannot take "
+                                        r"a column slice"):
+        check_supported("features", _module(per_feature.replace("PLAN", "auto")))
+    with pytest.raises(gdsl.CompileError) as e:
+        gdsl.compile(per_feature.replace("PLAN", "features"))
+    text = str(e.value)
+    assert "<input>:16:24: error: partition = features: op" in text and \
+        "\n  <input>:8:20: note: this is the op" in text, text   # (str() names the notes too)

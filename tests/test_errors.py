@@ -293,6 +293,14 @@ CASES = [
      '28:31', 'sgd with nesterov = 1 needs a momentum > 0'),
     ('optimizer-option-twice', 'gcn.gd', 'adam(lr = 0.01, weight_decay = 5e-4)', 'adam(lr = 0.01, lr = 0.1)',
      '28:33', "adam option 'lr' is given twice"),
+    # (session 28, helper-59: each compiled, then torch failed at run time, exit 3)
+    ('leaky-relu-slope-beyond-f32', 'gat.gd', 'dot(dst.zs, ar), 0.2)', 'dot(dst.zs, ar), 1e39)',
+     '14:65', "leaky_relu slope must be within f32's range (|x| <= 3.4e38), got 1e+39"),
+    ('uniform-bound-beyond-half-f32', 'gcn.gd', 'param b : f32[dout] = zeros', 'param b : f32[dout] = uniform(2e38)',
+     '9:35', "uniform's bound a of U(-a, a) must be at most 1.7e38 (the interval's width 2a within f32's range), "
+     "got 2e+38"),
+    ('number-beyond-f32', 'gcn.gd', 'apply     out = s + b', 'apply     out = s + b * 4e38',
+     '14:29', "the number 4e+38 is outside f32's range (|x| <= 3.4e38); the tensors it meets are f32"),
     ('normal-init-negative-std', 'gcn.gd', 'param b : f32[dout] = zeros', 'param b : f32[dout] = normal(-1)',
      '9:34', "normal's std must be >= 0, got -1"),
     ('dropout-p-positional-and-named', 'gcn.gd', 'h = dropout(h, p)', 'h = dropout(h, 0.2, p = 0.3)',

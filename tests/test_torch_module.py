@@ -254,6 +254,35 @@ def test_bce_loss_in_float64(backend):
     assert torch.autograd.gradcheck(lambda x: m.loss(m(x)), (x,))
 
 
+STATIC_ARITH = """graph G
+input X : vertex f32[F]
+layer L[a](h: [d]) -> [d] {
+    param W : f32[d, d] = glorot
+    transform t = h @ W
+    apply o = (1 - a) * t + exp(-a) * t
+    return o
+}
+model M[a = 0.1] { return L[a](X) }
+train t { model = M; loss = mse(X) }
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_static_arithmetic_follows_the_module_dtype(backend):
+    """`1 - a` and `exp(-a)` of a static arg are computed once, in the
+    constants' dtype: float64 after model.double() (helper-58: was float32's
+    0.9 in a float64 module, 2.6e-8 off), float32 again after model.float()."""
+    g = random_graph(n=20, e=60, f=4, c=2, seed=3)
+    m = gdsl.compile(STATIC_ARITH).module(g, backend=backend).eval()
+    for dtype in (torch.float64, torch.float32, torch.float64):
+        m.to(dtype)
+        with torch.no_grad():
+            t = g.features.to(dtype) @ m.L_1.W
+            want = (torch.tensor(1, dtype=dtype) - 0.1) * t + torch.exp(torch.tensor(-0.1, dtype=dtype)) * t
+            torch.testing.assert_close(m(g.features.to(dtype)), want, rtol=2e-16 if dtype == torch.float64 else 1e-6,
+                                       atol=0)
+
+
 @pytest.mark.parametrize("convert", [lambda m: m.half(), lambda m: m.to(torch.bfloat16)])
 def test_half_precision_is_refused_before_anything_changes(convert):
     """Was: model.half() converted the params, then failed deep inside torch.sparse."""

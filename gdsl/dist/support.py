@@ -51,94 +51,110 @@ def feature_region(module: Module, name=None) -> tuple[dict[Value, str], set[str
     elementwise = set(UNARY) | {"dropout"}
     linear_ok = set(LINEAR_UNARY) | {"dropout"}
     for op in ops:
-        ins = [kind.get(v) for v in op.operands]
-        if not any(ins) or op.result is None:
-            continue
-        n = op.name
-        where = f"partition = features: op {name(op.result)} ({n}) in layer 1"
-        if n == "sync":
-            if ins[0] == "cols":
-                raise GdslError(f"{where}: the sync must complete a product of the feature columns with a weight")
-            kind[op.result] = "rows"
-            continue
-        if "rows" in ins:
-            if "cols" in ins:
-                raise GdslError(f"partition = features: op {name(op.result)} ({n}) reads the feature input {x} (or a "
-                                f"value computed from it before layer 1's product with a weight) after the sync; "
-                                f"the feature split holds {x} as column slices only, use rows")
-            if "partial" in ins:   # (was "... in layer 1 mixes layer-1 partial results with synced rows", for an
-                # op of the program's layer 2 that reads X again: `a @ W + X @ Wx`)
-                raise GdslError(f"partition = features: op {name(op.result)} ({n}) mixes a product of {x}'s "
-                                f"feature columns (a partial sum on each rank, P3's model-parallel layer 1) with "
-                                f"rows after a sync; the feature split runs only layer 1 on {x}'s column slices, "
-                                f"so {x} (or a value computed from it) cannot be read again after a sync; use rows")
-            kind[op.result] = "rows"
-            continue
-        k = "partial" if "partial" in ins else "cols"
-        if n == "matmul":
-            if ins[0] != "cols" or ins[1] is not None:
-                raise GdslError(f"{where}: only one product with a weight is allowed before the sync")
-            local_params.add(op.operands[1].owner.attrs["name"])
-            kind[op.result] = "partial"
-            continue
-        if n in elementwise:
-            if k == "partial" and n not in linear_ok:
-                raise GdslError(f"{where}: {n} of a partial sum is not linear; move it after the sync")
-            kind[op.result] = k
-            continue
-        if n in ("add", "sub") and all(i == k for i in ins):
-            kind[op.result] = k
-            continue
-        if n in ("add", "sub") and k == "partial" and ins.count(None) == 1:
-            # (was: "not column-separable (it mixes feature columns)", for a bias `h @ W + b`)
-            other = op.operands[ins.index(None)]
-            raise GdslError(f"{where}: {'adding' if n == 'add' else 'subtracting'} {name(other)} (not a partial sum) "
-                            f"to a partial sum is not linear: each rank's partial sum would carry it, so the sync "
-                            f"would sum it P times; move it after the sync")
-        if n in ("max", "min"):
-            # element-wise, so column-separable; with a scalar, or two values of the region
-            if k == "partial":
-                raise GdslError(f"{where}: element-wise {n} of a partial sum is not linear; move it after the sync")
-            if all(i == k or (i is None and not v.type.shape and v.type.domain in (None, "scalar"))
-                   for i, v in zip(ins, op.operands)):
+        try:   # the op a refusal is about: where the program wrote it (the compiler's note)
+            ins = [kind.get(v) for v in op.operands]
+            if not any(ins) or op.result is None:
+                continue
+            n = op.name
+            where = f"partition = features: op {name(op.result)} ({n}) in layer 1"
+            if n == "sync":
+                if ins[0] == "cols":
+                    raise GdslError(f"{where}: the sync must complete a product of the feature columns with a weight")
+                kind[op.result] = "rows"
+                continue
+            if "rows" in ins:
+                if "cols" in ins:
+                    raise GdslError(f"partition = features: op {name(op.result)} ({n}) reads the feature input {x} "
+                                    f"(or a value computed from it before layer 1's product with a weight) after the "
+                                    f"sync; the feature split holds {x} as column slices only, use rows")
+                if "partial" in ins:   # (was "... in layer 1 mixes layer-1 partial results with synced rows", for an
+                    # op of the program's layer 2 that reads X again: `a @ W + X @ Wx`)
+                    raise GdslError(f"partition = features: op {name(op.result)} ({n}) mixes a product of {x}'s "
+                                    f"feature columns (a partial sum on each rank, P3's model-parallel layer 1) with "
+                                    f"rows after a sync; the feature split runs only layer 1 on {x}'s column slices, "
+                                    f"so {x} (or a value computed from it) cannot be read again after a sync; use rows")
+                kind[op.result] = "rows"
+                continue
+            k = "partial" if "partial" in ins else "cols"
+            if n == "matmul":
+                if ins[0] != "cols" or ins[1] is not None:
+                    raise GdslError(f"{where}: only one product with a weight is allowed before the sync")
+                local_params.add(op.operands[1].owner.attrs["name"])
+                kind[op.result] = "partial"
+                continue
+            if n in elementwise:
+                if k == "partial" and n not in linear_ok:
+                    raise GdslError(f"{where}: {n} of a partial sum is not linear; move it after the sync")
                 kind[op.result] = k
                 continue
-            raise GdslError(f"{where}: element-wise {n} with a per-vertex or per-feature value the feature split "
-                            "does not slice; use rows")
-        if n in ("mul", "div") and sum(1 for i in ins if i) == 1 and (
-                op.operands[1 if ins[0] else 0].type.domain in (None, "scalar", "param", "edge", "vertex") and
-                (n == "mul" or ins[0])):
-            other = op.operands[1 if ins[0] else 0]
-            if other.type.domain == "param":   # (its gradient would be one partial sum per rank's columns)
-                raise GdslError(f"{where}: a product with a learned factor ({name(other)}, a param or computed from one) "
-                                "before layer 1's '@' cannot take a column slice; use rows")
-            if other.type.shape and other.type.domain != "edge":
-                raise GdslError(f"{where}: a product with a per-feature factor cannot take a column slice")
-            if other.type.domain in ("vertex", "edge") and other.owner is not None and \
-                    other.owner.name not in ("vertex_const", "edge_const", "degree", "input"):
-                # the factor is computed on this rank's rows only (was: an internal shape error)
-                raise GdslError(f"{where}: its factor {name(other)} is computed from the graph ({other.owner.name}), "
-                                "but the feature split has only graph constants and inputs on every vertex; use rows")
-            kind[op.result] = k
-            continue
-        if n in ("src", "dst"):
-            kind[op.result] = k
-            continue
-        if n == "sddmm" and ins[0] == ins[1] and (op.attrs["op"] in ("add", "sub") or
-                                                  (op.attrs["op"] == "mul" and k == "cols")):
-            # fuse.py's src.a (+|-|*) dst.b: element-wise on two values sliced alike, so
-            # column-separable (a product of two partial sums would not be linear)
-            kind[op.result] = k
-            continue
-        if n == "gather" or n == "aggregate":
-            if k == "partial" and op.attrs["reduce"] not in ("sum", "mean"):
-                raise GdslError(f"{where}: {op.attrs['reduce']} of a partial sum is not linear")
-            if n == "aggregate" and len(op.operands) > 1 and ins[1] is not None:
-                raise GdslError(f"{where}: the edge factor may not depend on the features")
-            kind[op.result] = k
-            continue
-        raise GdslError(f"{where} is not column-separable (it mixes feature columns); P3's feature split "
-                        "cannot run this program's first layer, use rows")
+            if n in ("add", "sub") and all(i == k for i in ins):
+                kind[op.result] = k
+                continue
+            if n in ("add", "sub") and k == "cols" and ins.count(None) == 1:
+                other = op.operands[ins.index(None)]
+                if not other.type.shape and other.type.domain in (None, "scalar"):
+                    kind[op.result] = k   # element-wise with a scalar: column-separable (was: "mixes feature columns")
+                    continue
+                what = "a learned value (a param or computed from one)" if other.type.domain == "param" else \
+                    "a per-feature value" if other.type.shape else f"a per-{other.type.domain} value"
+                raise GdslError(f"{where}: {'adding' if n == 'add' else 'subtracting'} {name(other)} ({what}) before "
+                                "layer 1's '@' cannot take a column slice (the feature split adds scalars only there); "
+                                "use rows")
+            if n in ("add", "sub") and k == "partial" and ins.count(None) == 1:
+                # (was: "not column-separable (it mixes feature columns)", for a bias `h @ W + b`)
+                other = op.operands[ins.index(None)]
+                verb = 'adding' if n == 'add' else 'subtracting'
+                raise GdslError(f"{where}: {verb} {name(other)} (not a partial sum) "
+                                f"to a partial sum is not linear: each rank's partial sum would carry it, so the sync "
+                                f"would sum it P times; move it after the sync")
+            if n in ("max", "min"):
+                # element-wise, so column-separable; with a scalar, or two values of the region
+                if k == "partial":
+                    raise GdslError(f"{where}: element-wise {n} of a partial sum is not linear; move it after the sync")
+                if all(i == k or (i is None and not v.type.shape and v.type.domain in (None, "scalar"))
+                       for i, v in zip(ins, op.operands)):
+                    kind[op.result] = k
+                    continue
+                raise GdslError(f"{where}: element-wise {n} with a per-vertex or per-feature value the feature split "
+                                "does not slice; use rows")
+            if n in ("mul", "div") and sum(1 for i in ins if i) == 1 and (
+                    op.operands[1 if ins[0] else 0].type.domain in (None, "scalar", "param", "edge", "vertex") and
+                    (n == "mul" or ins[0])):
+                other = op.operands[1 if ins[0] else 0]
+                if other.type.domain == "param":   # (its gradient would be one partial sum per rank's columns)
+                    raise GdslError(f"{where}: a product with a learned factor ({name(other)}, a param or computed "
+                                    "from one) before layer 1's '@' cannot take a column slice; use rows")
+                if other.type.shape and other.type.domain != "edge":
+                    raise GdslError(f"{where}: a product with a per-feature factor cannot take a column slice")
+                if other.type.domain in ("vertex", "edge") and other.owner is not None and \
+                        other.owner.name not in ("vertex_const", "edge_const", "degree", "input"):
+                    # the factor is computed on this rank's rows only (was: an internal shape error)
+                    raise GdslError(f"{where}: its factor {name(other)} is computed from the graph "
+                                    f"({other.owner.name}), but the feature split has only graph constants and inputs "
+                                    "on every vertex; use rows")
+                kind[op.result] = k
+                continue
+            if n in ("src", "dst"):
+                kind[op.result] = k
+                continue
+            if n == "sddmm" and ins[0] == ins[1] and (op.attrs["op"] in ("add", "sub") or
+                                                      (op.attrs["op"] == "mul" and k == "cols")):
+                # fuse.py's src.a (+|-|*) dst.b: element-wise on two values sliced alike, so
+                # column-separable (a product of two partial sums would not be linear)
+                kind[op.result] = k
+                continue
+            if n == "gather" or n == "aggregate":
+                if k == "partial" and op.attrs["reduce"] not in ("sum", "mean"):
+                    raise GdslError(f"{where}: {op.attrs['reduce']} of a partial sum is not linear")
+                if n == "aggregate" and len(op.operands) > 1 and ins[1] is not None:
+                    raise GdslError(f"{where}: the edge factor may not depend on the features")
+                kind[op.result] = k
+                continue
+            raise GdslError(f"{where} is not column-separable (it mixes feature columns); P3's feature split "
+                            "cannot run this program's first layer, use rows")
+        except GdslError as e:
+            e.op = op
+            raise
     return kind, local_params
 
 

@@ -39,6 +39,7 @@ BUILTIN_FNS = UNARY_FNS + ("leaky_relu", "max", "min", "dot", "sum", "mean", "so
 INITS = {"glorot": 0, "zeros": 0, "ones": 0, "normal": 1, "uniform": 1}
 INIT_KEYWORDS = {"normal": "std", "uniform": "a"}   # the one argument's name
 MAX_UNROLL = 1000
+F32_MAX = 3.4028234663852886e38   # the largest finite f32: a larger number in a tensor op is inf there
 MAX_DIM = 2 ** 40   # larger than any tensor axis: a typo, caught here, not as an overflow in torch
 
 
@@ -237,7 +238,17 @@ class Lowerer:
             self.error(e.span, f"{what} must be a number, got {_fmt(v)}", needs_data=True)
         if not v.is_finite:
             self.error(e.span, f"{what} must be a finite number, got {_fmt(v)}")
+        if abs(float(v)) > F32_MAX:   # was: compiled, then torch's "cannot be converted to type float" (exit 3)
+            self.error(e.span, f"{what} must be within f32's range (|x| <= 3.4e38), got {_fmt(v)}")
         return float(v)
+
+    def const(self, sc: _Scope, value, span: Span, what: str) -> Value:
+        """A number in a tensor expression: an f32 constant there (was: 1e400 read as inf, compiled)."""
+        x = _num(value)
+        if isinstance(x, (int, float)) and not abs(x) <= F32_MAX:
+            self.error(span, f"{what} {_fmt(value)} is outside f32's range (|x| <= 3.4e38); the tensors it meets are "
+                       "f32")
+        return self.emit(sc, "const", [], {"value": x}, span)
 
     def shape(self, dims: list[ast.Expr], env, symbolic: bool = False) -> tuple:
         out = []
@@ -568,6 +579,9 @@ class Lowerer:
             if init_args and init_args[0] < 0:   # normal(std), uniform(a): U(-a, a)
                 what = "std" if init == "normal" else "bound a of U(-a, a)"
                 self.error(given[0].span, f"{init}'s {what} must be >= 0, got {init_args[0]:g}")
+            if init == "uniform" and init_args and 2 * init_args[0] > F32_MAX:   # torch's uniform_ needs a - (-a) finite
+                self.error(given[0].span, f"uniform's bound a of U(-a, a) must be at most 1.7e38 (the interval's "
+                           f"width 2a within f32's range), got {init_args[0]:g}")
         prior = sc.env.get(s.name)
         if prior is not None and prior.kind == "param":
             self.error(s.span, f"param '{s.name}' is declared twice")
@@ -692,7 +706,7 @@ class Lowerer:
         if b.static is not None:
             if not b.static.is_number:
                 return self.emit(sc, "const", [], {"value": b.static}, n.span)
-            return self.emit(sc, "const", [], {"value": _num(b.static)}, n.span)
+            return self.const(sc, b.static, n.span, f"'{n.id}' =")
         v = b.value
         if v in self.poison:
             raise _Bail()
@@ -709,7 +723,7 @@ class Lowerer:
     def expr(self, e: ast.Expr, sc: _Scope) -> Value:
         match e:
             case ast.Number():
-                return self.emit(sc, "const", [], {"value": e.value}, e.span)
+                return self.const(sc, e.value, e.span, "the number")
             case ast.Name():
                 return self.lookup(e, sc)
             case ast.Neg(operand=x):

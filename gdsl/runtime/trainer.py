@@ -71,7 +71,9 @@ def nonfinite_loss(epoch: int, loss_value: float) -> str:
 
 
 def make_optimizer(name: str, args: dict[str, float], params) -> torch.optim.Optimizer:
-    a = dict(args)
+    # the numbers as floats (was: an integer beyond int64, `momentum = 99999999999999999999`, reached
+    # torch as an int: "int too big to convert" at the second step, exit 3)
+    a = {k: v if k == "nesterov" or isinstance(v, bool) else float(v) for k, v in args.items()}
     if name in ("adam", "adamw"):
         betas = (a.pop("beta1", 0.9), a.pop("beta2", 0.999))
         cls = torch.optim.Adam if name == "adam" else torch.optim.AdamW
@@ -91,9 +93,11 @@ def optimizer_step(opt: torch.optim.Optimizer, epoch: int, error=GdslError) -> N
     except RuntimeError as e:
         if "without overflow" not in str(e):
             raise
-        lr = opt.param_groups[0].get("lr")
-        raise error(f"epoch {epoch}: the optimizer step overflows float32 (lr = {lr:g}); training diverged "
-                    "(try a smaller lr)") from None
+        group = opt.param_groups[0]
+        big = [k for k in ("weight_decay", "momentum", "eps") if abs(float(group.get(k) or 0)) > 1e30]
+        said = ", ".join(f"{k} = {float(group[k]):g}" for k in ["lr"] + big)   # (was lr alone: a weight_decay of
+        raise error(f"epoch {epoch}: the optimizer step overflows float32 ({said}); training diverged "   # 1e39 too)
+                    f"(try a smaller {' or '.join(['lr'] + big)})") from None
 
 
 def accuracy(out: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor | None, binary: bool = False) -> float:

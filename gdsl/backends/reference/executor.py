@@ -470,13 +470,16 @@ class ReferenceModule(nn.Module):
         return self._modes.get(op) or op.attrs.get("broadcast")
 
     def _scalar(self, op: Op, vals: list) -> float:
-        """An op of python numbers (`1 - alpha`): computed once, in float32 as a
-        tensor op would (the value is fixed for the module). torch.compile then
-        reads a constant (was: a graph break at the `.item()` of every forward)."""
+        """An op of python numbers (`1 - alpha`): computed once, in the
+        constants' float dtype as a tensor op would (the value is fixed for the
+        module; was float32 after `model.double()` too, so `(1 - a) * t` kept
+        float32's rounding of 0.9). torch.compile then reads a constant (was: a
+        graph break at the `.item()` of every forward)."""
         hit = self._scalars.get(op)
         if hit is None:
             fn = _UNARY.get(op.name) or _BINARY[op.name]
-            hit = self._scalars[op] = float(fn(*(torch.tensor(v) for v in vals)))
+            dt = getattr(self, "_float", torch.float32)
+            hit = self._scalars[op] = float(fn(*(torch.tensor(v, dtype=dt) for v in vals)))
         return hit
 
     def check_loss_output(self, out) -> None:
@@ -666,6 +669,7 @@ class ReferenceModule(nn.Module):
         (float32 values converted would keep float32 rounding)."""
         dev = {k: t.device for k, t in self._consts.items()}   # Triton keeps them on its device
         self._float = dtype
+        self._scalars.clear()   # computed in the old dtype (`_scalar`)
         self._consts = {k: t.to(dev[k]) for k, t in self._make_consts(dtype).items()}
         self._spmm = self._plan_spmm(self.ir)
 
