@@ -132,3 +132,32 @@ def test_nested_repeats_count_every_iteration_against_the_cap():
     errs = _errors(sage.replace(old, new))
     assert errs == ["the repeats unroll more than 1000 iterations in all (a nested repeat counts once per outer "
                     "iteration)"]
+
+
+UNUSED_DEFAULTS = """input X : vertex f32[F]
+input Y : vertex label[C]
+layer L[dout = no_such + relu](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    transform t = h @ W
+    return t
+}
+model M[k = also_undefined, j = k + F] {
+    return L[C](X)
+}
+train t {
+    model = M[k = 1]
+    loss = cross_entropy(Y)
+}
+"""
+
+
+def test_an_undefined_name_in_a_default_is_an_error_though_every_call_overrides_it():
+    """Was: only a call that took the default reported it; `L[C]` and
+    `M[k = 1]` override theirs, so the program compiled (helper-59). Earlier
+    statics and the inputs' dims are names a default may use."""
+    with pytest.raises(CompileError) as e:
+        gdsl.compile(UNUSED_DEFAULTS)
+    assert [(d.span.line, d.span.col, d.message) for d in e.value.diagnostics] == [
+        (3, 16, "undefined name 'no_such'"), (3, 26, "undefined name 'relu'"),
+        (8, 13, "undefined name 'also_undefined'")]
+    gdsl.compile(UNUSED_DEFAULTS.replace("no_such + relu", "C").replace("also_undefined", "2"))

@@ -99,6 +99,7 @@ class Checker:
         self.train_name = train_name
         self._defined: dict[str, tuple[str, Span]] = {}
         self._bad_inputs: set[str] = set()
+        self._default_names: list[tuple[ast.Name, set[str]]] = []   # (a name in a default, the statics before it)
 
     def define(self, name: str, kind: str, span: Span) -> None:
         if name in self._defined:
@@ -153,6 +154,7 @@ class Checker:
                     if self.out.schedule or self.out.order_hints:
                         self.diags.error(d.span, "only one schedule block is allowed")
                     self.check_schedule(d)
+        self.check_default_names()
         if not self.p.decls:
             self.diags.error(Span(1, 1, 1, 2, self.p.file), "the program is empty: it declares no model")
         elif not self.out.models:
@@ -216,6 +218,21 @@ class Checker:
                     what = "itself" if n.id == p.name else f"'{n.id}', declared after it"
                     self.diags.error(n.span, f"the default of static argument '{p.name}' refers to {what} "
                                              "(a default may use the static arguments before it)")
+                else:
+                    self._default_names.append((n, {q.name for q in ps[:i]}))
+
+    def check_default_names(self) -> None:
+        """A name in a default that nothing defines is an error where it is
+        written, used or not (was: reported only when a call took the default;
+        a default every call overrode was never checked). Names of other kinds
+        (a layer, an input, E) are reported by lowering where the default is
+        taken, with what they are."""
+        known = {"N", "E"} | set(self.out.inputs) | set(self.out.masks) | set(self.out.layers) | set(self.out.models)
+        for d in self.out.inputs.values():
+            known |= {n.id for x in d.type.shape or [] for n in _names(x)}
+        for n, before in self._default_names:
+            if n.id not in known and n.id not in before:
+                self.diags.error(n.span, f"undefined name '{n.id}'")
 
     # ---- train
     def pick_train(self) -> None:
