@@ -172,18 +172,13 @@ def _overrides(pairs: list[str], parser) -> dict:
             parser.error(f"--set expects NAME=VALUE, got '{kv}'")
         if k in out:   # as for --dims: a repeated name is a typo more often than an override
             parser.error(f"--set gives {k} twice")
-        try:
-            out[k] = int(v)
-        except ValueError:
-            try:
-                out[k] = float(v)
-            except ValueError:
-                # the language's multiplier suffixes too (`64K`, `1M`: docs/language.md); was refused
-                m = re.fullmatch(r"([-+]?)((?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?[KMG])", v)
-                if m is None:
-                    parser.error(f"--set {k}: '{v}' is not a number")
-                from gdsl.frontend.parser import parse_number
-                out[k] = -parse_number(m.group(2)) if m.group(1) == "-" else parse_number(m.group(2))
+        # a number as the language writes one, with its multiplier suffixes (`64K`, `1M`: docs/language.md);
+        # ASCII digits only (was Python's int()/float(): `1_6`, `١٦`, ' 16 ', `inf` and `nan` were taken)
+        m = re.fullmatch(r"([-+]?)((?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?[KMG]?)", v)
+        if m is None:
+            parser.error(f"--set {k}: '{v}' is not a number (write it as in a program: 16, 0.5, 1e-3, 64K)")
+        from gdsl.frontend.parser import parse_number
+        out[k] = -parse_number(m.group(2)) if m.group(1) == "-" else parse_number(m.group(2))
     return out
 
 

@@ -32,6 +32,11 @@ def test_dump_dir_writes_every_stage(tmp_path):
                      "04-canonicalize.ir", "05-fold-edge-constants.ir", "06-fuse.ir", "07-order.ir", "08-partition.ir"]
     assert "edge_const" in (tmp_path / "d" / "05-fold-edge-constants.ir").read_text()
     assert out == ""
+    # a directory where a dump goes: named (was: the temporary file beside it; helper-59)
+    (tmp_path / "e" / "00-ast.txt").mkdir(parents=True)
+    code, _, err = run_gdsl(["compile", GCN, "--dump-dir", str(tmp_path / "e")])
+    assert code == 1 and f"gdsl: error: {tmp_path / 'e' / '00-ast.txt'}: is a directory" in err, err
+    assert not [p for p in (tmp_path / "e").iterdir() if p.name.startswith(".")]
 
 
 def test_print_loc_shows_source_positions():
@@ -73,7 +78,8 @@ def test_set_overrides_static_args():
     assert code == 1 and "must be" in err, err
     code, _, err = run_gdsl(["compile", GCN, "--set", "p=-1K"])
     assert code == 1 and "-1000" in err, err   # a value, refused by the program (dropout in [0, 1))
-    for bad in ("2k", "2KM", "K", "2 K", "0x10"):
+    # ... and only those: was Python's int()/float() (helper-59: `1_6`, Arabic-Indic digits, ' 16 ', inf, nan)
+    for bad in ("2k", "2KM", "K", "2 K", "0x10", "1_6", "\u0661\u0666", " 16 ", "inf", "nan", "1e"):
         code, _, err = run_gdsl(["compile", GCN, "--set", f"hidden={bad}"])
         assert code == 2 and f"--set hidden: '{bad}' is not a number" in err, (bad, err)
 

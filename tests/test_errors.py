@@ -237,7 +237,11 @@ CASES = [
     ("weight-decay-negative", "gcn.gd", "weight_decay = 5e-4", "weight_decay = -1",   # was: 'must be positive' (0 is fine)
      "28:48", "adam option 'weight_decay' must be non-negative, got -1"),
     ("unknown-loss", "gcn.gd", "cross_entropy(Y", "hinge(Y",
-     "27:17", "unknown loss (expected one of cross_entropy, nll, mse, bce"),
+     "27:17", "unknown loss 'hinge' (expected one of cross_entropy, nll, mse, bce"),
+    ("loss-not-called", "gcn.gd", "cross_entropy(Y, mask = train)", "cross_entropy",
+     "27:17", "the loss is called with the target input: cross_entropy(Y, mask = train)"),
+    ("unknown-metric", "gcn.gd", "accuracy(mask = val)", "f1(mask = val)",
+     "30:17", "unknown metric 'f1' (expected one of"),
     ("loss-target-not-label", "gcn.gd", "cross_entropy(Y", "cross_entropy(X",
      "27:31", "cross_entropy needs a label input; 'X' is f32"),
     ("loss-target-not-input", "gcn.gd", "cross_entropy(Y", "cross_entropy(Z",

@@ -300,8 +300,12 @@ class Checker:
     def train_loss(self, cfg: TrainConfig, vals: list[ast.Expr]) -> None:
         e = vals[0]
         name, args, kwargs = _callee(e)
-        if not isinstance(e, ast.Call) or name not in LOSSES:
-            self.diags.error(e.span, f"unknown loss (expected one of {', '.join(LOSSES)}, called with the target input)")
+        if name in LOSSES and not isinstance(e, ast.Call):
+            self.diags.error(e.span, f"the loss is called with the target input: {name}(Y, mask = train)")
+            return
+        if not isinstance(e, ast.Call) or name not in LOSSES:   # (was: "unknown loss", not naming it)
+            self.diags.error(e.span, f"unknown loss '{name or ast.format_expr(e)}' (expected one of "
+                                     f"{', '.join(LOSSES)}, called with the target input)")
             return
         if len(args) != 1 or not isinstance(args[0], ast.Name):
             self.diags.error(e.span, f"{name} takes the target input as its one argument: {name}(Y, mask = train)")
@@ -390,7 +394,9 @@ class Checker:
         for e in vals:
             name, args, kwargs = _callee(e)
             if name not in METRICS or not isinstance(e, ast.Call):
-                self.diags.error(e.span, f"unknown metric (expected one of {', '.join(METRICS)}, e.g. accuracy(mask = val))")
+                what = f"metric '{name}' is called" if name in METRICS else \
+                    f"unknown metric '{name or ast.format_expr(e)}'"
+                self.diags.error(e.span, f"{what} (expected one of {', '.join(METRICS)}, e.g. accuracy(mask = val))")
                 continue
             if args:
                 self.diags.error(args[0].span, "accuracy takes only mask = NAME")

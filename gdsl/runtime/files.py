@@ -4,6 +4,7 @@ torch imported here at the top (only `save_state_dict` needs it), so `gdsl
 compile` and `gdsl plan` do not import it."""
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -112,6 +113,8 @@ def write_atomic(p: Path, content, binary: bool = False) -> None:
     `content`: the text, or a function that writes to the open file."""
     import tempfile
 
+    if p.is_dir() and not p.is_symlink():   # was: the rename's error, naming the temporary file
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", str(p))
     fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
     try:
         with os.fdopen(fd, "wb" if binary else "w") as fh:
