@@ -103,6 +103,11 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
         if not _in_schedule(source, pos):   # `order Layer#k = ...` is a schedule statement only
             accepted = set(accepted) - {"CALLREF"}
         expected = sorted({_tok_name(t, parser) for t in accepted if not t.startswith("__ANON") or t in _TOKEN_NAMES})
+        # one grammar rule for every block's body: offer only the statements of the block it is in (was
+        # 'apply', 'gather', 'param', ... for a train block missing its '}')
+        not_here = {"train": _STATEMENT_WORDS, "schedule": _STATEMENT_WORDS,
+                    "model": (*STAGES, "param")}.get(_top_keyword(source, pos), ())
+        expected = [x for x in expected if x.strip("'") not in not_here]
         if tok.type == "$END":
             lines = source.rstrip("\n").split("\n")
             span = Span(len(lines), len(lines[-1]) + 1, len(lines), len(lines[-1]) + 2, file)
@@ -154,10 +159,15 @@ def _misspelled_keyword(source: str, tok: Token, file: str) -> Diagnostic | None
                       + (f" the stages are {', '.join(STAGES[:-1])} and {STAGES[-1]})" if close[0] in STAGES else ")"))
 
 
+def _top_keyword(source: str, pos: int) -> str | None:
+    """The last top-level keyword before `pos` (`layer`, `model`, `train`, ...): the declaration it is in."""
+    words = re.findall(r"^[A-Za-z_]\w*", source[:pos], re.M)
+    return words[-1] if words else None
+
+
 def _in_schedule(source: str, pos: int) -> bool:
     """Whether `pos` follows a `schedule` declaration (the last top-level keyword before it)."""
-    words = re.findall(r"^[A-Za-z_]\w*", source[:pos], re.M)
-    return bool(words) and words[-1] == "schedule"
+    return _top_keyword(source, pos) == "schedule"
 
 
 def _accepted(e: UnexpectedToken) -> set[str]:
