@@ -115,6 +115,14 @@ def test_a_float_dimension_says_it_is_a_float(tmp_path, capsys):
     assert rc == 1 and err.count("error:") == 1 and f"{bad}:26:21: note: hidden = 0 is given here" in err, err
     rc, _, err = run(capsys, "compile", str(gcn), "--set", "hidden=-3")
     assert rc == 1 and f"{gcn}:18:11: note: hidden = -3 comes from the command line (--set hidden=...)" in err, err
+    # ... and for the other static values a model argument sets (was: a dimension's error only; helper-58)
+    sage = PROGRAMS / "sage.gd"
+    rc, _, err = run(capsys, "compile", str(sage), "--set", "layers=0")
+    assert rc == 1 and f"{sage}:21:12: error: repeat count must be an integer >= 0, got -1" in err and \
+        f"{sage}:19:26: note: layers = 0 comes from the command line (--set layers=...)" in err, err
+    rc, _, err = run(capsys, "compile", str(gcn), "--set", "p=1")
+    assert rc == 1 and "error: dropout p must be in [0, 1), got 1" in err and \
+        "note: p = 1 comes from the command line (--set p=...)" in err, err
     # a tensor where a static value is needed (was: "undefined name 'X'")
     bad = prog(tmp_path, "gcn.gd", ("model     = GCN[hidden = 16]", "model     = GCN[hidden = X]"), name="x.gd")
     rc, _, err = run(capsys, "compile", str(bad))
@@ -131,7 +139,7 @@ def test_a_float_dimension_says_it_is_a_float(tmp_path, capsys):
     (tmp_path / "u.gd").write_text(src)
     rc, _, err = run(capsys, "compile", str(tmp_path / "u.gd"))
     assert rc == 1 and f"{tmp_path / 'u.gd'}:8:24: error: dimension must be a positive integer, got 2.5" in err, err
-    rc, _, err = run(capsys, "compile", str(PROGRAMS / "gcn.gd"), "--set", "hidden=inf")
+    rc, _, err = run(capsys, "compile", str(PROGRAMS / "gcn.gd"), "--set", "hidden=1e400")   # (`inf` is no number)
     assert rc == 1 and "is used as a dimension and must be a positive integer, got inf" in err
 
 

@@ -111,7 +111,9 @@ class Lowerer:
         self.symshape: dict[Value, tuple] = {}
 
     # ---- helpers -----------------------------------------------------------
-    def error(self, span: Span, msg: str, needs_data: bool = False) -> None:
+    def error(self, span: Span, msg: str, needs_data: bool = False, about: ast.Expr | None = None) -> None:
+        """Report and bail; `about`: the static expression whose value is wrong, whose
+        model arguments set in the train block or by --set get a note there."""
         notes = ()
         if self.call_sites:
             # an error in a layer body: which call gave the values it failed with (was:
@@ -119,8 +121,22 @@ class Lowerer:
             name, where, statics, _ = self.call_sites[-1]
             args = ", ".join(f"{k} = {_fmt(v)}" for k, v in statics.items())
             notes = (self.diags.note(where, f"in this call of {name}" + (f" ({args})" if args else "")),)
+        notes += tuple(self._value_sources(about)) if about is not None else ()
         self.diags.error(span, msg, notes, needs_data=needs_data)
         raise _Bail()
+
+    def _value_sources(self, e: ast.Expr) -> list:
+        """The notes of the model arguments `e` reads (through the static
+        arguments of the one layer call being lowered): where they were set
+        (was: only a dimension's error had them; a repeat count or dropout p
+        from `--set` did not say so)."""
+        names = {n.id for n in _names_in(e)}
+        if self.call_sites:
+            if len(self.call_sites) != 1:
+                return []
+            given = self.call_sites[-1][3]
+            names = {m.id for n in names if given.get(n) is not None for m in _names_in(given[n])}
+        return [self.model_sources[n] for n in sorted(names) if n in self.model_sources]
 
     def global_dim(self, name: str) -> sympy.Expr:
         return self.dims.get(name, sym(name))
@@ -229,7 +245,7 @@ class Lowerer:
         if not v.is_number:
             self.error(e.span, f"{what} must be {want}, got {_fmt(v)}", needs_data=True)
         if not v.is_finite or v != int(v) or (lo is not None and int(v) < lo):
-            self.error(e.span, f"{what} must be {want}, got {_fmt(v)}")
+            self.error(e.span, f"{what} must be {want}, got {_fmt(v)}", about=e)
         return int(v)
 
     def static_float(self, e: ast.Expr, env, what: str) -> float:
@@ -237,9 +253,9 @@ class Lowerer:
         if not v.is_number:
             self.error(e.span, f"{what} must be a number, got {_fmt(v)}", needs_data=True)
         if not v.is_finite:
-            self.error(e.span, f"{what} must be a finite number, got {_fmt(v)}")
+            self.error(e.span, f"{what} must be a finite number, got {_fmt(v)}", about=e)
         if abs(float(v)) > F32_MAX:   # was: compiled, then torch's "cannot be converted to type float" (exit 3)
-            self.error(e.span, f"{what} must be within f32's range (|x| <= 3.4e38), got {_fmt(v)}")
+            self.error(e.span, f"{what} must be within f32's range (|x| <= 3.4e38), got {_fmt(v)}", about=e)
         return float(v)
 
     def const(self, sc: _Scope, value, span: Span, what: str) -> Value:
@@ -278,7 +294,7 @@ class Lowerer:
                     self.diags.error(site[1], f"{site[0]}'s static argument '{d.id}' is used as a dimension and "
                                      f"{problem}", tuple(notes))
                     raise _Bail()
-                self.error(d.span, f"dimension {problem}")
+                self.error(d.span, f"dimension {problem}", about=d)
             out.append(sympy.Integer(int(v)) if v.is_number else v)
         return tuple(out)
 
@@ -860,7 +876,7 @@ class Lowerer:
             p_e = e.args[1] if len(e.args) > 1 else kw.get("p")
             p = self.static_float(p_e, sc.env, "dropout p") if p_e is not None else 0.5
             if not 0 <= p < 1:
-                self.error((p_e or e).span, f"dropout p must be in [0, 1), got {p:g}")
+                self.error((p_e or e).span, f"dropout p must be in [0, 1), got {p:g}", about=p_e)
             return self.emit(sc, "dropout", [self.expr(e.args[0], sc)], {"p": p}, s)
         if name == "edge_softmax":
             self._nargs(e, 1, 1)
