@@ -115,18 +115,24 @@ class Program:
             raise GdslError(f"unknown backend '{backend}' (available: {', '.join(BACKENDS)})")
         require_backend(backend)   # GdslError without numba; without triton, or a GPU and TRITON_INTERPRET=1
         bound = self.bind(graph, dims)
-        if backend == "numba":
-            try:
-                from gdsl.backends.numba.module import NumbaModule
-            except ImportError as e:   # installed but broken (e.g. a numpy it does not support)
-                raise GdslError(f"backend 'numba' could not be imported: {e}") from None
-            m = NumbaModule(bound.module, graph)
-        elif backend == "triton":
-            from gdsl.backends.triton.module import TritonModule
-            m = TritonModule(bound.module, graph)
-        else:
-            from gdsl.backends.reference import ReferenceModule
-            m = ReferenceModule(bound.module, graph)
+        try:
+            if backend == "numba":
+                try:
+                    from gdsl.backends.numba.module import NumbaModule
+                except ImportError as e:   # installed but broken (e.g. a numpy it does not support)
+                    raise GdslError(f"backend 'numba' could not be imported: {e}") from None
+                m = NumbaModule(bound.module, graph)
+            elif backend == "triton":
+                from gdsl.backends.triton.module import TritonModule
+                m = TritonModule(bound.module, graph)
+            else:
+                from gdsl.backends.reference import ReferenceModule
+                m = ReferenceModule(bound.module, graph)
+        except RuntimeError as e:   # the params of a huge static argument (hidden=2**31): was torch's error
+            from gdsl.runtime.memory import out_of_memory
+            if (oom := out_of_memory(e)) is None:
+                raise
+            raise GdslError(f"out of memory: {oom}") from None
         release_free_heap()   # the binding's temporaries (edge lists, keys): gdsl/runtime/memory.py
         return m
 

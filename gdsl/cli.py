@@ -629,22 +629,6 @@ def cmd_partition(args, parser) -> int:
     return run_partition(args, prog, graph)
 
 
-def _out_of_memory(e: RuntimeError) -> str | None:
-    """torch's allocation failure (a shape too large for this machine: a huge
-    hidden width or class count) in one line, or None for other errors."""
-    import torch
-
-    text = str(e)
-    oom = getattr(torch, "OutOfMemoryError", ())   # (torch >= 2.5; the CUDA one before)
-    if not (isinstance(e, oom) or "tried to allocate" in text or "DefaultCPUAllocator" in text):
-        return None
-    import re
-
-    m = re.search(r"tried to allocate (\d+) bytes", text)
-    what = f"a tensor of {int(m.group(1)) / 2**30:,.1f} GiB" if m else "a tensor"
-    return f"torch could not allocate {what} (is a dim or a static argument far larger than meant?)"
-
-
 MAX_RANKS = 10_000_000   # --np: more than any MPI job runs today; bounds the planner's and partitioner's loops
 
 
@@ -766,7 +750,8 @@ def _dispatch(args, parser, debug: bool) -> int:
             discard_stdout()
         return 1
     except Exception as e:  # noqa: BLE001 - the one boundary
-        oom = _out_of_memory(e) if isinstance(e, RuntimeError) else None
+        from gdsl.runtime.memory import out_of_memory
+        oom = out_of_memory(e) if isinstance(e, RuntimeError) else None
         if oom is not None:   # torch's allocation failure: a user error (a size far too large), not a bug
             print(f"gdsl: error: out of memory: {oom}", file=sys.stderr)
             return 1

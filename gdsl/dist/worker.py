@@ -33,8 +33,8 @@ def _message(e: BaseException) -> str:
     if isinstance(e, MemoryError):
         return "out of memory"
     if isinstance(e, RuntimeError):
-        from gdsl.cli import _out_of_memory
-        oom = _out_of_memory(e)
+        from gdsl.runtime.memory import out_of_memory
+        oom = out_of_memory(e)
         if oom is not None:
             return f"out of memory: {oom}"
     if type(e).__module__.startswith("mpi4py"):

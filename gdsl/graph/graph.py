@@ -93,11 +93,14 @@ class Graph:
         dst_t = _as_tensor(dst, torch.int64, "dst", ids=True)
         feats = None if features is None else _as_tensor(features, torch.float32, "features", where=where)
         if num_nodes is None:
-            num_nodes = feats.shape[0] if feats is not None else int(max(src_t.max(), dst_t.max()) + 1) if src_t.numel() else 0
+            num_nodes = feats.shape[0] if feats is not None else int(max(src_t.max(), dst_t.max())) + 1 if src_t.numel() else 0
         if isinstance(num_nodes, torch.Tensor) and num_nodes.ndim == 0 and num_nodes.dtype in _INT_DTYPES:
             num_nodes = int(num_nodes)   # a 0-d integer tensor
         if isinstance(num_nodes, bool) or not isinstance(num_nodes, numbers.Integral) or num_nodes < 0:
             raise GdslError(f"{where}: num_nodes must be an integer >= 0, got {num_nodes!r}")
+        if num_nodes >= 2 ** 63:   # (was: an id of 2**63 - 1 made max id + 1 wrap to a negative num_nodes)
+            raise GdslError(f"{where}: num_nodes {num_nodes} (the largest vertex id + 1, when not given) does not "
+                            "fit in int64")
         for what, d in (("masks", masks), ("edata", edata)):
             if d is not None and not isinstance(d, dict):
                 raise GdslError(f"{where}: {what} must be a dict of name -> tensor, got {type(d).__name__}")
@@ -120,6 +123,9 @@ class Graph:
     @classmethod
     def from_dgl(cls, g, *, feature_key: str = "feat", label_key: str = "label") -> "Graph":
         """Convert a `dgl.DGLGraph` (homogeneous); masks from ndata `*_mask`."""
+        if not all(hasattr(g, k) for k in ("edges", "ndata", "num_nodes")):   # was: AttributeError 'edges'
+            raise GdslError(f"dgl graph: expected a dgl.DGLGraph, got {type(g).__name__} (use gdsl.Graph.from_edges "
+                            "for arrays)")
         src, dst = g.edges()
         nd = g.ndata
         masks = {k[: -len("_mask")]: nd[k] for k in nd.keys() if k.endswith("_mask")}
@@ -139,6 +145,8 @@ class Graph:
             raise GdslError("pyg data: expected a torch_geometric.data.Data, got a dict (build one: "
                             "torch_geometric.data.Data(**d), or use gdsl.Graph.from_edges)")
         ei = getattr(data, "edge_index", None)
+        if isinstance(ei, np.ndarray) and ei.ndim == 2 and ei.shape[0] == 2:
+            ei = torch.from_numpy(ei)   # (was: "must be a [2, E] tensor ..., got shape [2, E]")
         if ei is None or getattr(ei, "dim", lambda: 0)() != 2 or ei.shape[0] != 2:
             got = "none" if ei is None else f"shape {list(getattr(ei, 'shape', []))}"
             raise GdslError(f"pyg data: edge_index must be a [2, E] tensor (row 0 = source), got {got}")
@@ -304,6 +312,7 @@ def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str =
     if isinstance(x, torch.Tensor):
         _check_dense(x, what, where)
         t = x.detach().cpu()
+        borrowed = t.data_ptr() == x.data_ptr()
     elif ids and isinstance(x, (list, tuple)) and any(isinstance(v, bool) for v in x):
         raise GdslError(f"{what}: expected integer ids, got booleans")
     else:
@@ -314,7 +323,11 @@ def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str =
             arr = arr.astype(np.int64)  # an empty list
         if arr.dtype.kind not in "biuf":
             raise GdslError(f"{what}: expected numbers, got dtype {arr.dtype}")
-        t = torch.from_numpy(np.asarray(arr, order="C"))   # (ascontiguousarray makes a 0-d array [1])
+        if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:   # longdouble: torch has none (was torch's TypeError)
+            arr = arr.astype(np.float64)
+        arr = np.asarray(arr, order="C")   # (ascontiguousarray makes a 0-d array [1])
+        borrowed = isinstance(x, np.ndarray) and np.may_share_memory(arr, x)
+        t = torch.from_numpy(arr)
     if dtype == torch.int64 and t.numel() == 0 and t.is_floating_point():
         t = t.long()   # torch.tensor([]) is float32: an empty edge list
     if t.dtype == torch.uint64 and bool((t.view(torch.int64) < 0).any()):   # would wrap to a negative id
@@ -331,7 +344,10 @@ def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str =
                             + ("" if t.is_floating_point() else " with values other than 0 and 1"))
     if dtype == torch.float32 and t.dtype == torch.float64 and t.numel():
         _check_fits_float32(t, what, where)
-    return t.to(dtype)
+    out = t.to(dtype)
+    if borrowed and out.data_ptr() == t.data_ptr() and out.numel():
+        out = out.clone()   # the graph's own copy (docs/cli.md): `graph.features.mul_(2)` left the caller's array alone
+    return out
 
 
 def _check_dense(x: torch.Tensor, what: str, where: str) -> None:

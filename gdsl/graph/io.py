@@ -84,6 +84,9 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
                         + (" (open file objects are not read: pass the file's path)" if hasattr(path, "read") else ""))
     if isinstance(split, bool) or not isinstance(split, (int, np.integer)):
         raise TypeError(f"split must be an int, got {type(split).__name__}")
+    if path is not None and not str(os.fspath(path)).strip():   # was: ".: is a directory" (Path('') is '.')
+        raise GdslError("load_graph: empty path (give an .npz file or a builtin name: cora, citeseer; "
+                        "load_graph() is the embedded Cora)")
     p = resolve_data(None if path is None else os.fspath(path))
     where = str(p)
     if split < 0:

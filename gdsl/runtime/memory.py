@@ -122,3 +122,19 @@ def cap_data_to_available(available: int | None = None) -> int | None:
     except (ValueError, OSError):
         return None
     return cap
+
+
+def out_of_memory(e: RuntimeError) -> str | None:
+    """torch's allocation failure (a shape too large for this machine: a huge
+    hidden width or class count) in one line, or None for other errors."""
+    import torch
+
+    text = str(e)
+    oom = getattr(torch, "OutOfMemoryError", ())   # (torch >= 2.5; the CUDA one before)
+    if not (isinstance(e, oom) or "tried to allocate" in text or "DefaultCPUAllocator" in text):
+        return None
+    import re
+
+    m = re.search(r"tried to allocate (\d+) bytes", text)
+    what = f"a tensor of {int(m.group(1)) / 2**30:,.1f} GiB" if m else "a tensor"
+    return f"torch could not allocate {what} (is a dim or a static argument far larger than meant?)"

@@ -9,6 +9,7 @@ trailing broadcasting applies.
 from __future__ import annotations
 
 import math
+import operator
 import warnings
 
 import torch
@@ -159,6 +160,8 @@ def check_features(x, rows: int, shape, dtype: torch.dtype = torch.float32,
                         f"features), got {list(x.shape)}")
     if device is not None and x.device != device:
         raise GdslError(f"the model's input is on {x.device}, the module on {device}; use x.to('{device}')")
+    if x.device.type == "meta":   # a module that takes any device (Triton's): was "Cannot copy out of meta tensor"
+        raise GdslError("the model's input is on the meta device (no data); pass a tensor with data")
     if x.dtype.is_floating_point or x.dtype.is_complex:
         if x.dtype != dtype:
             name = str(dtype).removeprefix("torch.")
@@ -243,7 +246,7 @@ class ReferenceModule(nn.Module):
         global generator (so every backend and every rank draws the same values)."""
         self._param_names: list[str] = []
         self._param_shapes: dict[str, tuple[int, ...]] = {}
-        self.dropout_seed, self.step, self._mask_step = 0, 0, 0
+        self._seed_value, self.step, self._mask_step = 0, 0, 0
         self._step_of_draw: dict[int, int] = {}   # count_step
         self._op_index = {op: i for i, op in enumerate(module.main.ops)}
         self._draws_masks = any(op.name == "dropout" and op.attrs["p"] > 0 for op in module.main.ops)
@@ -425,7 +428,8 @@ class ReferenceModule(nn.Module):
             if op in self._spmm:
                 a = self._spmm[op]
                 h = env[op.operands[0]]
-                env[op.result] = sparse_mm(a, h.reshape(h.shape[0], -1)).reshape(h.shape)
+                # (the columns named: a 0-vertex graph's [0, -1] was torch's "cannot reshape tensor of 0 elements")
+                env[op.result] = sparse_mm(a, h.reshape(h.shape[0], math.prod(h.shape[1:]))).reshape(h.shape)
                 continue
             env[op.result] = self.run_op(op, [env[v] for v in op.operands], x)
         return env[self.ir.main.results[0]]
@@ -493,6 +497,9 @@ class ReferenceModule(nn.Module):
         if not isinstance(out, torch.Tensor):   # was: "... is [rows, 7], got ndarray"
             raise GdslError(f"loss: the model's output must be a torch.Tensor of shape {shape}, got "
                             f"{type(out).__name__}")
+        if out.layout != torch.strided or out.device.type == "meta":   # was torch's error deep in the loss
+            what = "a tensor on the meta device (no data)" if out.device.type == "meta" else f"a {out.layout} tensor"
+            raise GdslError(f"loss: the model's output must be a dense tensor with data, got {what}")
         if out.dim() < 1 or tuple(out.shape[1:]) != want:
             raise GdslError(f"loss: the model's output is {shape}, got {list(out.shape)}")
         if not out.is_floating_point():   # was: torch's "... not implemented for 'Long'"
@@ -529,9 +536,10 @@ class ReferenceModule(nn.Module):
         """module() checked the labels; they may have been edited in place since
         (the module shares the tensor). An id out of [0, C) was torch's IndexError,
         and -100, cross_entropy's ignore_index, dropped the vertex silently."""
-        if self.loss_op.attrs["fn"] not in ("cross_entropy", "nll") or target.is_floating_point() or not target.numel():
+        fn = self.loss_op.attrs["fn"]
+        if fn not in ("cross_entropy", "nll", "bce") or target.is_floating_point() or not target.numel():
             return
-        c = out.shape[-1]
+        c = 2 if fn == "bce" else out.shape[-1]   # bce's labels are 0 / 1 (was: not checked again; helper-60)
         lo, hi = int(target.min()), int(target.max())
         if lo < 0 or hi >= c:
             bad = lo if lo < 0 else hi
@@ -556,7 +564,8 @@ class ReferenceModule(nn.Module):
         if fn == "bce" and target.is_floating_point():   # an f32 target of the output's shape ([] ~ [1])
             return F.binary_cross_entropy_with_logits(out, target.to(out.dtype).reshape(out.shape))
         if fn == "bce":
-            return F.binary_cross_entropy_with_logits(out.reshape(target.shape[0], -1).squeeze(-1),
+            flat = out.reshape(target.shape[0], math.prod(out.shape[1:]))
+            return F.binary_cross_entropy_with_logits(flat.squeeze(-1),
                                                       target.to(out.dtype))
         return F.mse_loss(out, target.to(out.dtype).reshape(out.shape))
 
@@ -605,7 +614,7 @@ class ReferenceModule(nn.Module):
                 vals = [v if _rows(o.type) else v.expand(rows, *v.shape) for v, o in zip(vals, op.operands)]
             return torch.cat(vals, dim=-1)
         if n == "flatten":
-            return vals[0].reshape(vals[0].shape[0], -1) if _rows(t) else vals[0].reshape(-1)
+            return vals[0].reshape(vals[0].shape[0], math.prod(vals[0].shape[1:])) if _rows(t) else vals[0].reshape(-1)
         if n == "reshape":
             shape = list(self._reshape_to[op])
             return vals[0].reshape([vals[0].shape[0]] + shape) if _rows(t) else vals[0].reshape(shape)
@@ -700,6 +709,23 @@ class ReferenceModule(nn.Module):
         else:
             self.step += 1
         self._mask_step = self.step
+
+    @property
+    def dropout_seed(self) -> int:
+        """The seed of the dropout masks (`gdsl run --seed`); set `model.dropout_seed = s`."""
+        return self._seed_value
+
+    @dropout_seed.setter
+    def dropout_seed(self, s) -> None:
+        # checked where it is set (was: a numpy int overflowed at the next training forward, "Python int
+        # too large to convert to C long"; a float or a tensor failed there too)
+        try:
+            v = operator.index(s) if not isinstance(s, bool) else None
+        except TypeError:
+            v = None
+        if v is None or not 0 <= v < 2 ** 63:
+            raise GdslError(f"dropout_seed must be an integer in [0, 2**63), got {s!r}")
+        self._seed_value = v
 
     def mask_seed(self, op: Op) -> int:
         """The seed of op's dropout mask at this step (the whole tensor's mask)."""
