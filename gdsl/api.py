@@ -88,33 +88,45 @@ class Program:
     def ir(self) -> str:
         return print_module(self.compiled.module)
 
-    def bind(self, graph: Graph, dims: dict[str, int] | None = None) -> Compiled:
+    def bind(self, graph: Graph, dims: dict[str, int] | None = None, hoist: bool = False) -> Compiled:
         """Compile again with the dims bound from `graph` (concrete shapes);
-        `dims` gives some first (see `module`)."""
+        `dims` gives some first (see `module`); `hoist` as in `module`."""
         if not isinstance(graph, Graph):
             raise TypeError(f"bind() takes a gdsl.Graph, got {type(graph).__name__}")
         graph.validate(graph.source or graph.name)   # fields assigned since it was built, too
         dims = bind_dims(self.checked, graph, dims)
-        bound = compile_source(self.source, self.file, dims=dims, overrides=self.overrides, train=self.train_name)
+        bound = compile_source(self.source, self.file, dims=dims, overrides=self.overrides, train=self.train_name,
+                               hoist=hoist)
         self._warn(bound)
         return bound
 
-    def module(self, graph: Graph, backend: str | None = None, *, dims: dict[str, int] | None = None) -> nn.Module:
+    def module(self, graph: Graph, backend: str | None = None, *, dims: dict[str, int] | None = None,
+               hoist: bool = False) -> nn.Module:
         """The program bound to `graph` as a `torch.nn.Module` on `backend`
         (default: triton when the schedule says `target = gpu`, else numba,
         or reference where the numba package is not installed).
 
         `dims` gives symbolic dims instead of reading them from the data,
         e.g. `dims={"C": 7}` to apply a model trained on 7 classes to a
-        graph whose labels lack some of them, or that has no labels."""
+        graph whose labels lack some of them, or that has no labels.
+
+        `hoist=True` computes the values that depend on no param and no
+        dropout (the IR's `invariant=true` ops, e.g. SGC's S^K X) once per
+        features tensor instead of in every forward, as PyG's
+        `SGConv(cached=True)` does (see `model.hoist`); `gdsl.train` and
+        `gdsl run` turn it on. The order pass then aggregates such values
+        sparse-first (`order_by=invariant`), so setting `model.hoist` later
+        keeps the order chosen here."""
         if not isinstance(graph, Graph):
             raise TypeError(f"module() takes a gdsl.Graph (gdsl.load_graph, Graph.from_edges, from_pyg, from_dgl), "
                             f"got {type(graph).__name__}")
+        if not isinstance(hoist, bool):
+            raise TypeError(f"module(): hoist must be True or False, got {hoist!r}")
         backend = self.default_backend if backend is None else backend
         if backend not in BACKENDS:
             raise GdslError(f"unknown backend '{backend}' (available: {', '.join(BACKENDS)})")
         require_backend(backend)   # GdslError without numba; without triton, or a GPU and TRITON_INTERPRET=1
-        bound = self.bind(graph, dims)
+        bound = self.bind(graph, dims, hoist)
         try:
             if backend == "numba":
                 try:
@@ -134,6 +146,7 @@ class Program:
                 raise
             raise GdslError(f"out of memory: {oom}") from None
         release_free_heap()   # the binding's temporaries (edge lists, keys): gdsl/runtime/memory.py
+        m.hoist = hoist
         return m
 
 

@@ -497,7 +497,8 @@ def _compile_and_emit(args, parser, source, dims, edges, graph, dumping, dump_di
     compiled = compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser),
                               train=args.train, stop_after=stop, after_each=after_and_keep,
                               ranks=args.np_, edges=edges, graph=graph,
-                              memory_per_rank=_mem_per_rank(args, parser))
+                              memory_per_rank=_mem_per_rank(args, parser),
+                              hoist=True)   # what `gdsl run` executes (without --np: the ranks do not hoist)
     print_compile_warnings(compiled)
     if dump_dir:
         write_atomic(dump_dir / "00-ast.txt", dump(compiled.ast, args.print_loc))

@@ -200,11 +200,15 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
                    stop_after: str | None = None,
                    after_each: Callable[[str, Module], None] | None = None,
                    disable: tuple[str, ...] = (), ranks: int | None = None, edges: int | None = None,
-                   memory_per_rank: float | None = None, graph=None, delay: int | str | None = 0) -> Compiled:
+                   memory_per_rank: float | None = None, graph=None, delay: int | str | None = 0,
+                   hoist: bool = False) -> Compiled:
     """Run the whole front end and the pass pipeline (or stop after a pass);
     `disable` names optional passes to skip (e.g. `fuse`, to test it).
     `delay` is the distributed plan's DistGNN delay when the program is
-    compiled for one (r > 0: cd-r; the order pass reads it)."""
+    compiled for one (r > 0: cd-r; the order pass reads it). `hoist`: the
+    module will compute the values marked invariant once (single process
+    only: ignored with `ranks`), so the order pass aggregates their inputs
+    sparse-first (passes/order.py)."""
     prog, checked = front(source, file, train)
     module, diags = lower(checked, dims, overrides)
     diags.raise_if_any(source)
@@ -213,7 +217,7 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
     warnings = sorted(checked.warnings + unused_params(module), key=Diagnostic.sort_key)
     if after_each:
         after_each("lower", module)
-    ctx = PassContext(dims=dict(dims or {}), options={"delay": delay})
+    ctx = PassContext(dims=dict(dims or {}), options={"delay": delay, "hoist": hoist and ranks is None})
     if ranks is not None and stop_after != "lower":
         from gdsl.planning import plan
         sched = checked.schedule

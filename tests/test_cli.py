@@ -21,7 +21,7 @@ def test_passes_lists_pipeline_in_order():
     code, out, _ = run_gdsl(["passes"])
     assert code == 0
     names = [line.split()[0] for line in out.splitlines()]
-    assert names == ["lower", "inline", "insert-sync", "canonicalize", "fold-edge-constants", "fuse", "order", "partition"]
+    assert names == ["lower", "inline", "insert-sync", "canonicalize", "fold-edge-constants", "fuse", "order", "mark-invariant", "partition"]
 
 
 def test_dump_dir_writes_every_stage(tmp_path):
@@ -29,7 +29,8 @@ def test_dump_dir_writes_every_stage(tmp_path):
     assert code == 0, err
     files = sorted(p.name for p in (tmp_path / "d").iterdir())
     assert files == ["00-ast.txt", "01-lower.ir", "02-inline.ir", "03-insert-sync.ir",
-                     "04-canonicalize.ir", "05-fold-edge-constants.ir", "06-fuse.ir", "07-order.ir", "08-partition.ir"]
+                     "04-canonicalize.ir", "05-fold-edge-constants.ir", "06-fuse.ir", "07-order.ir",
+                     "08-mark-invariant.ir", "09-partition.ir"]
     assert "edge_const" in (tmp_path / "d" / "05-fold-edge-constants.ir").read_text()
     assert out == ""
     # a directory where a dump goes: named (was: the temporary file beside it; helper-59)

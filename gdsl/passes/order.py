@@ -46,6 +46,15 @@ one more SpMM. A hint may set them:
 backward differs from autograd's own as one autograd Function
 (gdsl/backends/reference/linear.py).
 
+When the module hoists (`compile_source(hoist=True)`: `gdsl run`, `gdsl
+compile` without `--np`, `prog.module(graph, hoist=True)`; single process
+only) `auto` aggregates sparse-first wherever the aggregated input is the
+same in every step (no param, no dropout: passes/invariant.py;
+`order_by=invariant`): A X is then computed once per features tensor and
+each epoch runs only (A X) W, and the backward none of it (its input needs no
+gradient; SGC's "precompute S^K X", Wu et al. ICML'19 §2). Dense-first would
+aggregate X W in every epoch, forward and backward.
+
 Requires: fused IR. Ensures: every handled form carries `order`,
 `order_grad`, `order_memo`; dense_first forms are rewritten; widths still symbolic (no data)
 stay sparse_first with `order_by=undecided`.
@@ -59,6 +68,7 @@ import sympy
 from gdsl.ir.core import Module, Op, Value
 from gdsl.passes.base import PassContext
 from gdsl.passes.canonicalize import cse
+from gdsl.passes.invariant import invariant_values
 
 
 @dataclass(frozen=True)
@@ -72,6 +82,7 @@ class Order:
         users = f.uses()
         delay = ctx.options.get("delay", 0)
         delayed = isinstance(delay, int) and delay > 0
+        same = invariant_values(f) if ctx.options.get("hoist") and not delayed else set()
         only = lambda v, op: users.get(v, []) == [op] and v not in f.results  # noqa: E731
         # an aggregation several transforms read (canonicalize's CSE merged identical calls on one
         # input, `GCNConv[C](X) + GCNConv[C](X)`): each `@` can be reordered to A (X W_i) on its own
@@ -95,6 +106,8 @@ class Order:
                 choice, by = fwd, "hint"
             elif delayed and not needs_grad(f, agg.operands[0]):
                 choice, by = "sparse_first", "delay"
+            elif agg.operands[0] in same:   # A X computed once (hoist): the epoch runs only (A X) W
+                choice, by = "sparse_first", "invariant"
             else:
                 choice, by = self.by_width(t, users[agg.result] if is_shared else (t,))
             bwd_choice, bwd_memo, bwd_by = self.backward(t, choice, bwd, memo, needs_grad(f, agg.operands[0]),

@@ -20,6 +20,7 @@ from gdsl.passes.fuse import Fuse
 from gdsl.passes.order import Order
 from gdsl.passes.partition import Partition
 from gdsl.passes.inline import Inline
+from gdsl.passes.invariant import MarkInvariant
 from gdsl.passes.insert_sync import InsertSync
 
 # Order matters:
@@ -29,8 +30,9 @@ from gdsl.passes.insert_sync import InsertSync
 #  that folding can then combine with other graph constants;
 #  fuse after folding: it matches messages in their folded form (`src.x * w`);
 #  order after fuse: it reorders whole `aggregate` ops against the `@` after them;
+#  mark-invariant after order: it marks the ops as they will run;
 #  partition last: it records the plan chosen for the program as ordered.
-PASSES = [Inline(), InsertSync(), Canonicalize(), FoldEdgeConstants(), Fuse(), Order(), Partition()]
+PASSES = [Inline(), InsertSync(), Canonicalize(), FoldEdgeConstants(), Fuse(), Order(), MarkInvariant(), Partition()]
 
 DESCRIPTIONS = {
     "lower": "AST -> IR: check stages and shapes, instantiate the model, unroll repeat",
@@ -40,6 +42,7 @@ DESCRIPTIONS = {
     "fold-edge-constants": "precompute graph-only edge expressions as edge_const",
     "fuse": "scatter/gather patterns -> aggregate, sddmm, gat_aggregate kernels",
     "order": "sparse-first or dense-first per linear aggregation feeding '@' (hint, else by width)",
+    "mark-invariant": "mark values that depend on no param or dropout (computed once per features tensor)",
     "partition": "record the distributed plan the cost model chose (with --np)",
 }
 

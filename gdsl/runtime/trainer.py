@@ -193,7 +193,9 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
     check_masks(program.checked, graph)
     torch.manual_seed(seed)
     try:
-        model = program.module(graph, backend=backend)   # compiles the kernels: seconds on a cold cache
+        # (hoist: the features are the graph's and stay as they are, so the values the IR marks
+        # invariant are computed once, not every epoch: passes/invariant.py)
+        model = program.module(graph, backend=backend, hoist=True)   # compiles the kernels: seconds on a cold cache
         model.dropout_seed = seed
         if not any(p.requires_grad for p in model.parameters()):
             raise GdslError(f"{program.file}: model '{cfg.model}' has no params to train (declare a param in one "

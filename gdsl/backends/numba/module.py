@@ -39,7 +39,7 @@ from gdsl.backends.numba import dense
 from gdsl.backends.numba import ops as nb
 from gdsl.backends.numba.graph import CSRGraph
 from gdsl.backends.reference.executor import ReferenceModule
-from gdsl.backends.reference.linear import drop_fusions, run_linear
+from gdsl.backends.reference.linear import drop_fusions, fused_ops, run_linear
 from gdsl.graph.graph import Graph
 from gdsl.ir.core import Module, Op
 
@@ -284,37 +284,41 @@ class NumbaModule(ReferenceModule):
         if capturing():   # torch.export / jit.trace / torch.func: the reference's plain torch ops
             return self.plain_forward(x, *extra)
         self.begin_forward(extra)   # the reference's checks and dropout mask key
-        env: dict = {}
-        for op in self.ir.main.ops:
-            if op.name == "loss" or op in self._skip or op in self._lin_skip:
-                continue
-            if op in self._lin_anchor:   # a backward order autograd would not pick (reference/linear.py)
-                env[op.result] = run_linear(self._lin_anchor[op], env)
-                continue
-            spec = self._fused.get(op)
-            if spec is None:
-                env[op.result] = self.run_op(op, [env[v] for v in op.operands], x)
-            elif spec[0] == "aggregate":
-                _, agg, c = spec
-                env[op.result] = self._aggregate(agg, [env[v] for v in agg.operands], oscale=self._consts[c])
-            elif spec[0] == "head_dot":
-                group = spec[1]
-                outs = dense.head_dot(env[group[0].operands[0]], *[env[d.operands[1]] for d in group])
-                for d, t in zip(group, outs):
-                    env[d.result] = t
-            elif spec[0] == "matmul2":
-                _, m1, m2 = spec
-                w1, w2 = env[m1.operands[1]], env[m2.operands[1]]
-                y = dense.linear(env[m1.operands[0]], torch.cat([w1, w2], 1))
-                env[m1.result], env[m2.result] = torch.split(y, [w1.shape[1], w2.shape[1]], 1)
-            elif spec[0] == "addmm":
-                _, ma, mb = spec
-                env[op.result] = dense.linear(env[ma.operands[0]], env[ma.operands[1]],
-                                           env[mb.operands[0]], env[mb.operands[1]])
-            else:
-                _, xv, bv, act, drop, views = spec
-                env[op.result] = self._epilogue(env[xv], env[bv] if bv is not None else None, act, drop, views, x)
-        return env[self.ir.main.results[0]]
+        return self.run_ops(x)
+
+    def skipped_ops(self) -> set[Op]:
+        return self._skip | self._lin_skip
+
+    def op_groups(self) -> list[set[Op]]:
+        return super().op_groups() + [fused_ops(a, spec) for a, spec in self._fused.items()]
+
+    def exec_op(self, op: Op, env: dict, x) -> None:
+        if op in self._lin_anchor:   # a backward order autograd would not pick (reference/linear.py)
+            env[op.result] = run_linear(self._lin_anchor[op], env)
+            return
+        spec = self._fused.get(op)
+        if spec is None:
+            env[op.result] = self.run_op(op, [env[v] for v in op.operands], x)
+        elif spec[0] == "aggregate":
+            _, agg, c = spec
+            env[op.result] = self._aggregate(agg, [env[v] for v in agg.operands], oscale=self._consts[c])
+        elif spec[0] == "head_dot":
+            group = spec[1]
+            outs = dense.head_dot(env[group[0].operands[0]], *[env[d.operands[1]] for d in group])
+            for d, t in zip(group, outs):
+                env[d.result] = t
+        elif spec[0] == "matmul2":
+            _, m1, m2 = spec
+            w1, w2 = env[m1.operands[1]], env[m2.operands[1]]
+            y = dense.linear(env[m1.operands[0]], torch.cat([w1, w2], 1))
+            env[m1.result], env[m2.result] = torch.split(y, [w1.shape[1], w2.shape[1]], 1)
+        elif spec[0] == "addmm":
+            _, ma, mb = spec
+            env[op.result] = dense.linear(env[ma.operands[0]], env[ma.operands[1]],
+                                          env[mb.operands[0]], env[mb.operands[1]])
+        else:
+            _, xv, bv, act, drop, views = spec
+            env[op.result] = self._epilogue(env[xv], env[bv] if bv is not None else None, act, drop, views, x)
 
     def loss(self, out: torch.Tensor) -> torch.Tensor:
         """The reference's loss, with the mask's row indices computed once

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import operator
 import warnings
+import weakref
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +24,7 @@ from gdsl.diagnostics import GdslError
 from gdsl.graph.graph import Graph
 from gdsl.ir.core import Module, Op, Type, Value
 from gdsl.ir.ops import ShapeError, broadcast_mode
+from gdsl.passes.invariant import CONSTANT_LEAVES
 
 _UNARY = {
     "relu": torch.relu, "elu": F.elu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "exp": torch.exp,
@@ -227,6 +229,9 @@ class ReferenceModule(nn.Module):
         self.loss_op = next((op for op in module.main.ops if op.name == "loss"), None)
         self._scalars: dict[Op, float] = {}
         self._plain_ops(None, (), scalars_only=True)   # fill them now (see _scalar)
+        self._hoist_plan: HoistPlan | None = None
+        self._hoist_cache: _HoistCache | None = None
+        self.hoist = False
 
     def _make_consts(self, dtype: torch.dtype) -> dict[Op, torch.Tensor]:
         """The folded graph constants (edge weights, degrees), computed from the
@@ -336,6 +341,7 @@ class ReferenceModule(nn.Module):
         state = self.__dict__.copy()
         state["_spmm"] = {k: (a.crow_indices(), a.col_indices(), a.values(), tuple(a.shape))
                           for k, a in self._spmm.items()}
+        state["_hoist_cache"] = None   # weak references to the features: computed again after loading
         return state
 
     def __setstate__(self, state) -> None:
@@ -401,6 +407,7 @@ class ReferenceModule(nn.Module):
             raise GdslError(f"a gdsl module runs in float32 or float64 (model.float(), model.double()), "
                             f"not {str(dtype).removeprefix('torch.')}; the params are unchanged")
         super()._apply(fn, recurse)
+        self._hoist_cache = None   # computed in the old dtype or on the old device
         if hasattr(self, "_consts"):
             if dtype != current:
                 self._retype_consts(dtype)
@@ -418,21 +425,102 @@ class ReferenceModule(nn.Module):
         if compiling():   # dynamo takes no sparse CSR matrix (nor OrderedLinear's): the plain form, traced whole
             return self._plain_ops(x, extra)
         self.begin_forward(extra)
-        env: dict[Value, object] = {}
+        return self.run_ops(x)
+
+    def run_ops(self, x) -> torch.Tensor:
+        """The forward's ops in program order, each by `exec_op` (a backend's
+        fused groups by their anchor), the hoisted ones (`_hoisted`) skipped."""
+        env, hoisted = self._hoisted(x)
+        skip = self.skipped_ops()
         for op in self.ir.main.ops:
-            if op.name == "loss" or op in self._lin_skip:
-                continue
-            if op in self._lin_anchor:
-                env[op.result] = run_linear(self._lin_anchor[op], env)
-                continue
-            if op in self._spmm:
-                a = self._spmm[op]
-                h = env[op.operands[0]]
-                # (the columns named: a 0-vertex graph's [0, -1] was torch's "cannot reshape tensor of 0 elements")
-                env[op.result] = sparse_mm(a, h.reshape(h.shape[0], math.prod(h.shape[1:]))).reshape(h.shape)
-                continue
+            if op.name != "loss" and op not in skip and op not in hoisted:
+                self.exec_op(op, env, x)
+        out = env[self.ir.main.results[0]]
+        # a kept value is returned as a copy: an in-place edit of the output must not reach the next forward
+        return out.clone() if hoisted and self.ir.main.results[0].owner in hoisted else out
+
+    def skipped_ops(self) -> set[Op]:
+        """The ops another op's `exec_op` computes (the anchor of their group)."""
+        return self._lin_skip
+
+    def op_groups(self) -> list[set[Op]]:
+        """The op groups that run as one unit (their anchor's `exec_op`)."""
+        return [set(r.g.ops) for r in self._lin_anchor.values()]
+
+    def exec_op(self, op: Op, env: dict, x) -> None:
+        """Run `op` (with its group, for an anchor) on this backend: its
+        value(s) into `env`."""
+        if op in self._lin_anchor:
+            env[op.result] = run_linear(self._lin_anchor[op], env)
+        elif op in self._spmm:
+            a = self._spmm[op]
+            h = env[op.operands[0]]
+            # (the columns named: a 0-vertex graph's [0, -1] was torch's "cannot reshape tensor of 0 elements")
+            env[op.result] = sparse_mm(a, h.reshape(h.shape[0], math.prod(h.shape[1:]))).reshape(h.shape)
+        else:
             env[op.result] = self.run_op(op, [env[v] for v in op.operands], x)
-        return env[self.ir.main.results[0]]
+
+    # ---- the ops marked invariant, computed once per features tensor
+    @property
+    def hoist(self) -> bool:
+        """Compute the values the IR marks invariant (no param, no dropout:
+        passes/invariant.py) once per features tensor instead of in every
+        forward (`_hoisted`); off by default, as PyG's `cached=False`."""
+        return self._hoist
+
+    @hoist.setter
+    def hoist(self, on) -> None:
+        if not isinstance(on, bool):
+            raise TypeError(f"model.hoist must be True or False, got {on!r}")
+        self._hoist = on
+        if not on:
+            self._hoist_cache = None   # its memory back
+
+    def _hoisted(self, x) -> tuple[dict, frozenset]:
+        """(env holding the kept invariant values, the ops they spare) when
+        `hoist` is on, else ({}, nothing): passes/invariant.py marks the ops
+        whose value depends on no param and no dropout; the values of those
+        that unmarked ops read are computed here by the backend's own ops
+        (`exec_op`, so bit-identical to an unhoisted forward) and kept until
+        an input they depend on is another tensor (identity), is edited in
+        place (torch's version counter), or the module changes dtype or
+        device. Not kept while an input requires grad (its gradient flows
+        through them)."""
+        if not self.hoist:
+            return {}, frozenset()
+        plan = self.hoist_plan()
+        if not plan.keep:
+            return {}, frozenset()
+        sources = [self._input_source(op, x) for op in plan.inputs]
+        if not all(isinstance(t, torch.Tensor) for t in sources) or (
+                torch.is_grad_enabled() and any(t.requires_grad for t in sources)):
+            return {}, frozenset()
+        c = self._hoist_cache
+        if c is None or not c.holds(sources, self._float):
+            env: dict = {}
+            with torch.no_grad():   # no param, no input requiring grad: nothing to differentiate
+                for op in plan.run:
+                    self.exec_op(op, env, x)
+            c = self._hoist_cache = _HoistCache.of(sources, self._float, {v: env[v] for v in plan.keep})
+        return dict(c.values), plan.ops
+
+    def hoist_plan(self) -> "HoistPlan":
+        """Which ops `hoist` spares, which values it keeps (computed once)."""
+        if self._hoist_plan is None:
+            self._hoist_plan = plan_hoist(self.ir, self.op_groups(), self.skipped_ops())
+        return self._hoist_plan
+
+    def _input_source(self, op: Op, x):
+        """The tensor input op `op` reads (before any dtype or device copy)."""
+        name, t = op.attrs["name"], op.result.type
+        g = self.gd.graph
+        if t.dtype == "i64":
+            return g.labels
+        if t.domain == "edge":
+            return self.gd.edge_env.get(name)
+        if name == self.feature_input:
+            return g.features if x is None else x
+        return g.ndata.get(name)
 
     def plain_forward(self, x: torch.Tensor | None = None, *extra) -> torch.Tensor:
         """The program's meaning op by op (`run_op`, the reference's), in plain
@@ -679,6 +767,7 @@ class ReferenceModule(nn.Module):
         dev = {k: t.device for k, t in self._consts.items()}   # Triton keeps them on its device
         self._float = dtype
         self._scalars.clear()   # computed in the old dtype (`_scalar`)
+        self._hoist_cache = None
         self._consts = {k: t.to(dev[k]) for k, t in self._make_consts(dtype).items()}
         self._spmm = self._plan_spmm(self.ir)
 
@@ -807,3 +896,58 @@ class ReferenceModule(nn.Module):
         e = torch.exp(s - mx.index_select(0, self.dst_index))
         denom = e.new_zeros((n,) + tuple(s.shape[1:])).index_add(0, self.dst_index, e)
         return e / denom.index_select(0, self.dst_index)
+
+
+class HoistPlan:
+    """What `ReferenceModule._hoisted` does for one module on one backend.
+
+    ops: the ops marked invariant that the forward skips while the kept
+    values hold (a backend group with an unmarked op is not skipped: it runs
+    whole, each forward); keep: the values of those ops that other ops read
+    (or the result); run: the ops, in program order, that compute `keep`
+    (their groups' anchors; leaves included); inputs: the `input` ops among
+    them (what the kept values are keyed on)."""
+
+    def __init__(self, ops: frozenset, keep: list, run: list, inputs: list) -> None:
+        self.ops, self.keep, self.run, self.inputs = ops, keep, run, inputs
+
+
+def plan_hoist(module: Module, groups: list[set[Op]], skipped: set[Op]) -> HoistPlan:
+    f = module.main
+    marked = {op for op in f.ops if op.attrs.get("invariant")}
+    for g in groups:   # a group runs whole: skipped only when each of its ops is (the constants it reads aside)
+        if not all(op in marked or op.name in CONSTANT_LEAVES for op in g):
+            marked -= g
+    users = f.uses()
+    results = {id(v) for v in f.results}
+    keep = [op.result for op in f.ops if op in marked and (
+        id(op.result) in results or any(u not in marked for u in users.get(op.result, [])))]
+    if any(v.owner in skipped for v in keep):   # a value only its group's anchor has: never split a group
+        return HoistPlan(frozenset(), [], [], [])
+    need: set[Op] = set()
+    todo = [v.owner for v in keep]
+    while todo:
+        op = todo.pop()
+        if op is None or op in need:
+            continue
+        need.add(op)
+        todo.extend(v.owner for v in op.operands)
+    run = [op for op in f.ops if op in need and op not in skipped]
+    return HoistPlan(frozenset(marked), keep, run, [op for op in run if op.name == "input"])
+
+
+class _HoistCache:
+    """The kept values and what they were computed from: weak references to
+    the input tensors (so a freed tensor's id reused by a new one is never
+    taken for it) with their version counters, and the module's float dtype."""
+
+    def __init__(self, refs: list, versions: list, dtype: torch.dtype, values: dict) -> None:
+        self.refs, self.versions, self.dtype, self.values = refs, versions, dtype, values
+
+    @classmethod
+    def of(cls, sources: list, dtype: torch.dtype, values: dict) -> "_HoistCache":
+        return cls([weakref.ref(t) for t in sources], [t._version for t in sources], dtype, values)
+
+    def holds(self, sources: list, dtype: torch.dtype) -> bool:
+        return dtype == self.dtype and all(r() is t and v == t._version
+                                           for r, v, t in zip(self.refs, self.versions, sources))

@@ -182,17 +182,23 @@ def run_linear(runner: LinearRunner, env: dict) -> torch.Tensor:
     return OrderedLinear.apply(env[g.x], env[g.w], runner)
 
 
+def fused_ops(anchor: Op, spec: tuple) -> set[Op]:
+    """The ops of a backend's fused group (anchor -> spec tuple listing its ops)."""
+    ops = {anchor}
+    for item in spec:
+        if isinstance(item, Op):
+            ops.add(item)
+        elif isinstance(item, (list, tuple)):
+            ops.update(o for o in item if isinstance(o, Op))
+    return ops
+
+
 def drop_fusions(fused: dict, skip: set, anchors: dict, inside: set) -> None:
     """Remove a backend's fused op groups (anchor -> spec tuple listing its ops)
     that share an op with a linear group: the linear group runs those ops."""
     taken = set(anchors) | set(inside)
     for anchor, spec in list(fused.items()):
-        ops = {anchor}
-        for item in spec:
-            if isinstance(item, Op):
-                ops.add(item)
-            elif isinstance(item, (list, tuple)):
-                ops.update(o for o in item if isinstance(o, Op))
+        ops = fused_ops(anchor, spec)
         if ops & taken:
             del fused[anchor]
             skip.difference_update(ops)

@@ -41,7 +41,7 @@ import torch
 
 from gdsl.backends import capturing, eager_under_torch_compile
 from gdsl.backends.reference.executor import ReferenceModule
-from gdsl.backends.reference.linear import drop_fusions, run_linear
+from gdsl.backends.reference.linear import drop_fusions, fused_ops, run_linear
 from gdsl.backends.triton import default_device
 from gdsl.diagnostics import GdslError
 from gdsl.graph.graph import Graph
@@ -213,20 +213,24 @@ class TritonModule(ReferenceModule):
 
     def _run(self, x, extra: tuple):
         self.begin_forward(extra)   # the reference's checks and dropout mask key
-        env: dict = {}
-        for op in self.ir.main.ops:
-            if op.name == "loss" or op in self._skip or op in self._lin_skip:
-                continue
-            if op in self._lin_anchor:
-                env[op.result] = run_linear(self._lin_anchor[op], env)
-                continue
-            spec = self._fused.get(op)
-            if spec is None:
-                env[op.result] = self.run_op(op, [env[v] for v in op.operands], x)
-            else:
-                _, agg, c = spec
-                env[op.result] = self._aggregate(agg, [env[v] for v in agg.operands], oscale=self._consts[c])
-        return env[self.ir.main.results[0]]
+        return self.run_ops(x)
+
+    def skipped_ops(self) -> set[Op]:
+        return self._skip | self._lin_skip
+
+    def op_groups(self) -> list[set[Op]]:
+        return super().op_groups() + [fused_ops(a, spec) for a, spec in self._fused.items()]
+
+    def exec_op(self, op: Op, env: dict, x) -> None:
+        if op in self._lin_anchor:
+            env[op.result] = run_linear(self._lin_anchor[op], env)
+            return
+        spec = self._fused.get(op)
+        if spec is None:
+            env[op.result] = self.run_op(op, [env[v] for v in op.operands], x)
+        else:
+            _, agg, c = spec
+            env[op.result] = self._aggregate(agg, [env[v] for v in agg.operands], oscale=self._consts[c])
 
     def _aggregate(self, op: Op, vals: list, oscale=None):
         from gdsl.backends.triton import ops as tr

@@ -32,7 +32,7 @@ train t { model = M; loss = cross_entropy(Y, mask = train) }
 # CHECK-NEXT:   %g : param f32[F] = param[init=ones, name=WConv_1.g]
 # CHECK-NEXT:   %w : edge f32[E] = edge_const[expr=2*w/sqrt(dst_degree + 1), stage=scatter]
 # CHECK-NEXT:   %n : vertex f32[N, F] = mul[stage=scatter] %X, %g
-# CHECK-NEXT:   %a : vertex f32[N, F] = aggregate[msg=mul, reduce=sum, stage=gather, to=dst] %X, %w
+# CHECK-NEXT:   %a : vertex f32[N, F] = aggregate[invariant=true, msg=mul, reduce=sum, stage=gather, to=dst] %X, %w
 # CHECK-NEXT:   %b : vertex f32[N, F] = aggregate[msg=copy_src, reduce=sum, stage=gather, to=dst] %n
 # CHECK-NEXT:   %0 : vertex f32[N, F] = add[stage=transform] %a, %b
 # CHECK-NEXT:   %t : vertex f32[N, C] = matmul[partial=true, stage=transform] %0, %W
