@@ -367,6 +367,23 @@ def cmd_plan(args, parser) -> int:
     return 0
 
 
+def _run_refuses(hint: str, delay, P: int) -> str | None:
+    """Why `gdsl run --np P` refuses the executable plan `hint` at P ranks
+    (CAGNET's 1.5D grid: c and c*c must divide P), or None."""
+    from gdsl.dist.part import parse_spec
+    from gdsl.graph.partition import rows_replicated
+    try:
+        spec = parse_spec(hint, delay=delay)
+    except GdslError:
+        return None   # grid2d / grid3d: modelled only; run falls back to the model's choice
+    if spec.strategy == "rows_replicated":
+        try:
+            rows_replicated(max(P, 1), P, spec.arg if spec.arg is not None else 2)
+        except GdslError as e:
+            return str(e)
+    return None
+
+
 def _plan_hint(schedule: dict, result, P: int) -> dict | None:
     """What `gdsl run --np P` does with the schedule's `partition` hint,
     which the table above (the cost model's own ranking) does not apply:
@@ -379,6 +396,10 @@ def _plan_hint(schedule: dict, result, P: int) -> dict | None:
     delay = schedule.get("delay", 0)
     choice, ok = hinted_choice(result.choice, hint, delay, P)
     if not ok:
+        if (refused := _run_refuses(hint, delay, P)) is not None:   # as `gdsl run --np P` would, at partitioning
+            return {"partition": hint, "applies": False, "executes": None, "run_refuses": refused,
+                    "line": f"schedule: partition = {hint}: not a plan for P={P}: `gdsl run --np {P}` refuses it "
+                            f"({refused}); `gdsl compile --np` records the choice above"}
         return {"partition": hint, "applies": False, "executes": result.choice.best.name,
                 "exact": result.choice.best.cost.exact,
                 "line": f"schedule: partition = {hint}: not a plan the cost model prices for P={P}, so "
@@ -512,7 +533,7 @@ def _compile_and_emit(args, parser, source, dims, edges, graph, dumping, dump_di
         try:
             from gdsl.backends.numba.module import module_kernel_sources
         except ImportError as e:
-            raise GdslError(f"--emit numba needs the numba package ({e}); pip install 'gdsl[numba]'") from None
+            raise GdslError(f"--emit numba: the Numba code generator could not be imported ({e})") from None
         print(module_kernel_sources(compiled.module), end="")
     elif emit == "triton":   # source text only: needs neither triton nor a GPU
         from gdsl.backends.triton.module import module_kernel_sources as triton_sources
@@ -530,8 +551,9 @@ def cmd_run(args, parser) -> int:
         parser.error("--epochs must be at least 1")
     if args.np_ is not None and args.np_ < 1:
         parser.error(f"--np must be at least 1, got {args.np_}")
+    from gdsl.dist.launch import under_launcher
     for flag, path in (("--json", args.json), ("--save", args.save)):
-        if path:   # before training, not after
+        if path and not under_launcher():   # before training, not after (a rank: rank 0 checks, for all)
             check_json_path(path, flag, inputs=(args.program, resolve_data(args.data)))
     if args.json and args.save and Path(args.json).resolve() == Path(args.save).resolve():
         parser.error("--json and --save name the same file")
@@ -541,7 +563,6 @@ def cmd_run(args, parser) -> int:
         raise GdslError(f"{args.program}: the program has no train block; `gdsl run` needs one")
     data = resolve_data(args.data)
     graph = load_graph(data, split=args.split)
-    from gdsl.dist.launch import under_launcher
     if args.checkpoint_every is not None and args.checkpoint is None:
         parser.error("--checkpoint-every needs --checkpoint DIR")
     if args.np_ is not None or under_launcher():

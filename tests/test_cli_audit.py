@@ -79,7 +79,7 @@ def test_emit_ir_with_a_dump_dir_still_runs_every_pass(tmp_path):
     assert code == 0, err
     assert sorted(p.name for p in d.iterdir()) == [
         "00-ast.txt", "01-lower.ir", "02-inline.ir", "03-insert-sync.ir", "04-canonicalize.ir",
-        "05-fold-edge-constants.ir", "06-fuse.ir", "07-order.ir", "08-partition.ir"]
+        "05-fold-edge-constants.ir", "06-fuse.ir", "07-order.ir", "08-mark-invariant.ir", "09-partition.ir"]
     assert "@GCNConv_0" in out and "aggregate[" not in out   # the lowered IR, not the optimised one
 
 

@@ -433,6 +433,9 @@ def test_foreign_launcher_partitions_each_graph_and_plan_apart_and_never_hangs(t
     (tmp_path / "afile").write_text("x")
     r = foreign("--parts", str(tmp_path / "afile" / "p"), timeout=120)   # not a directory: an OSError
     assert r.returncode != 0 and "Traceback" not in r.stderr and "afile" in r.stderr, r.stderr
+    # a bad --json: rank 0 checks it for all, so it is printed once (was: once per rank; helper-61)
+    r = foreign("--json", str(tmp_path / "nodir" / "x.json"), timeout=120)
+    assert r.returncode != 0 and r.stderr.count("no such directory") == 1, r.stderr
 
 
 def test_partition_out_keeps_files_it_did_not_write(tmp_path):

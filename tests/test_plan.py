@@ -140,8 +140,15 @@ def test_plan_says_what_the_schedule_hint_makes_run_execute(tmp_path):
     code, ir, err = run_gdsl(["compile", str(prog), "--data", "cora", "--np", "4"])
     assert code == 0 and 'chosen_by=hint' in ir.splitlines()[0] and 'strategy="rows_replicated(c=2)"' in ir, err
     prog.write_text(base + "\nschedule {\n    partition = rows_replicated(3)\n}\n")   # c * c > P: not priced
+    code, out, err = run_gdsl(["plan", str(prog), "--data", "cora", "--np", "4", "--json", str(tmp_path / "r.json")])
+    # and `gdsl run --np 4` refuses it at partitioning: said so (was: "run keeps the choice above"; helper-61)
+    assert code == 0 and ("schedule: partition = rows_replicated(3): not a plan for P=4: `gdsl run --np 4` refuses "
+                          "it (1.5D partitioning: c=3 does not divide P=4") in out, out
+    hint = json.loads((tmp_path / "r.json").read_text())["schedule_hint"]
+    assert hint["executes"] is None and hint["run_refuses"].startswith("1.5D partitioning: c=3"), hint
+    prog.write_text(base + "\nschedule {\n    partition = grid2d\n}\n")   # modelled only: run falls back
     code, out, err = run_gdsl(["plan", str(prog), "--data", "cora", "--np", "4"])
-    assert code == 0 and "not a plan the cost model prices for P=4" in out, out
+    assert code == 0 and "not a plan the cost model prices for P=4, so `gdsl run --np 4`" in out, out
     code, out, err = run_gdsl(["plan", GCN, "--data", "cora", "--np", "4", "--json", str(tmp_path / "q.json")])
     assert code == 0 and "schedule:" not in out and "schedule_hint" not in json.loads((tmp_path / "q.json").read_text())
     # rows(random) / rows(block): priced as rows(hash), named as run executes them (was: "executes

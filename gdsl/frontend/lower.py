@@ -923,7 +923,7 @@ class Lowerer:
     def match_shape(self, decl: ast.LayerArg, actual: tuple, env: dict, span: Span, layer: str) -> None:
         if len(decl.shape) != len(actual):
             self.error(span, f"{layer} expects '{decl.name}' with shape {_fmt_decl(decl.shape)} "
-                       f"({len(decl.shape)} feature axes), got {fmt_shape(actual)}")
+                       f"({len(decl.shape)} feature {'axis' if len(decl.shape) == 1 else 'axes'}), got {fmt_shape(actual)}")
         for d, a in zip(decl.shape, actual):
             if isinstance(d, ast.Name) and d.id not in env and d.id not in self._global_dim_names():
                 env[d.id] = Binding(static=a, kind="static", sym=sympy.Dummy(d.id))

@@ -106,7 +106,7 @@ def _trailing(a: tuple, b: tuple) -> tuple:
 def _axis(attrs, rank: int, name: str) -> int:
     ax = attrs.get("axis", -1)
     if not -rank <= ax < rank:
-        raise StructuralError(f"{name}: axis {ax} out of range for {rank} feature axis{'' if rank == 1 else 'es'}")
+        raise StructuralError(f"{name}: axis {ax} out of range for {rank} feature {'axis' if rank == 1 else 'axes'}")
     return ax % rank
 
 

@@ -1,0 +1,25 @@
+"""Behaviour the docs state, found different by an outside user who ran the
+docs as a contract (session 29, helper-61); each test checks the fixed side."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import gdsl
+
+ROOT = Path(__file__).resolve().parent.parent
+GCN = (ROOT / "programs" / "gcn.gd").read_text()
+
+
+def test_axis_counts_are_english():
+    # language.md "Reductions over feature axes": "mean: axis 2 out of range for 2 feature axes"
+    # (was "axises"); and "(1 feature axis)" (was "(1 feature axes)")
+    src = GCN.replace("    apply     out = s + b\n",
+                      "    apply     out = s + b\n    apply     q = mean(reshape(s, [dout, 1]), 2)\n", 1)
+    assert src != GCN
+    with pytest.raises(gdsl.CompileError, match=r"mean: axis 2 out of range for 2 feature axes\b"):
+        gdsl.compile(src)
+    two = GCN.replace("input X : vertex f32[F]", "input X : vertex f32[F, 2]", 1)
+    with pytest.raises(gdsl.CompileError, match=r"with shape \[din\] \(1 feature axis\), got \[F, 2\]"):
+        gdsl.compile(two)
