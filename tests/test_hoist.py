@@ -119,6 +119,18 @@ def _pair(src: str, backend: str, g):
     return mods
 
 
+def _count_ops(m) -> list[str]:
+    """The names of the ops `m.exec_op` runs from now on, in order."""
+    ran: list[str] = []
+    real = m.exec_op
+
+    def counting(op, env, x):
+        ran.append(op.name)
+        real(op, env, x)
+    m.exec_op = counting
+    return ran
+
+
 def _marked(ir_text: str) -> list[str]:
     return [ln.split("=")[0].strip() for ln in ir_text.splitlines() if "invariant=true" in ln]
 
@@ -213,13 +225,7 @@ def test_hoisted_training_is_bit_identical(src, backend):
 def test_the_marked_ops_run_once(backend):
     g = _graph()
     m = gdsl.compile(SGC).module(g, backend=backend, hoist=True)
-    ran = []
-    real = m.exec_op
-
-    def counting(op, env, x):
-        ran.append(op.name)
-        real(op, env, x)
-    m.exec_op = counting
+    ran = _count_ops(m)
     for _ in range(3):
         m()
     assert ran.count("aggregate") == 2 and ran.count("relu") == 1   # K = 2: once, not once per forward
@@ -355,13 +361,7 @@ schedule {
     g = _graph()
     on, off = _pair(src, backend, g)
     assert on._lin_anchor, "the hint makes a linear group"
-    ran = []
-    real = on.exec_op
-
-    def counting(op, env, x):
-        ran.append(op.name)
-        real(op, env, x)
-    on.exec_op = counting
+    ran = _count_ops(on)
     for _ in range(3):
         on.train()
         off.train()

@@ -39,7 +39,7 @@ from gdsl.backends.numba import dense
 from gdsl.backends.numba import ops as nb
 from gdsl.backends.numba.graph import CSRGraph
 from gdsl.backends.reference.executor import ReferenceModule
-from gdsl.backends.reference.linear import drop_fusions, fused_ops, run_linear
+from gdsl.backends.reference.linear import drop_fusions, run_linear
 from gdsl.graph.graph import Graph
 from gdsl.ir.core import Module, Op
 
@@ -285,12 +285,6 @@ class NumbaModule(ReferenceModule):
             return self.plain_forward(x, *extra)
         self.begin_forward(extra)   # the reference's checks and dropout mask key
         return self.run_ops(x)
-
-    def skipped_ops(self) -> set[Op]:
-        return self._skip | self._lin_skip
-
-    def op_groups(self) -> list[set[Op]]:
-        return super().op_groups() + [fused_ops(a, spec) for a, spec in self._fused.items()]
 
     def exec_op(self, op: Op, env: dict, x) -> None:
         if op in self._lin_anchor:   # a backward order autograd would not pick (reference/linear.py)

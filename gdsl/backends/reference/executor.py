@@ -19,7 +19,7 @@ from torch import nn
 
 from gdsl.backends import capturing, compiling, eager_under_torch_compile, exporting
 from gdsl.backends.reference.graphdata import GraphData
-from gdsl.backends.reference.linear import plan_linear, run_linear, sparse_mm
+from gdsl.backends.reference.linear import fused_ops, plan_linear, run_linear, sparse_mm
 from gdsl.diagnostics import GdslError
 from gdsl.graph.graph import Graph
 from gdsl.ir.core import Module, Op, Type, Value
@@ -218,6 +218,9 @@ class ReferenceModule(nn.Module):
         self._consts = self._make_consts(torch.float32)
         self._spmm = self._plan_spmm(module)
         self._lin_anchor, self._lin_skip = plan_linear(self, module)
+        # a kernel backend's fused op groups ({anchor: spec}, the ops folded into an anchor): none here
+        self._fused: dict[Op, tuple] = {}
+        self._skip: set[Op] = set()
         feat = next((op for op in module.main.ops if op.name == "input" and op.result.type.domain == "vertex"
                      and op.result.type.dtype == "f32"), None)
         self.feature_input = feat.attrs["name"] if feat else None
@@ -441,11 +444,11 @@ class ReferenceModule(nn.Module):
 
     def skipped_ops(self) -> set[Op]:
         """The ops another op's `exec_op` computes (the anchor of their group)."""
-        return self._lin_skip
+        return self._lin_skip | self._skip
 
     def op_groups(self) -> list[set[Op]]:
         """The op groups that run as one unit (their anchor's `exec_op`)."""
-        return [set(r.g.ops) for r in self._lin_anchor.values()]
+        return [set(r.g.ops) for r in self._lin_anchor.values()] + [fused_ops(a, s) for a, s in self._fused.items()]
 
     def exec_op(self, op: Op, env: dict, x) -> None:
         """Run `op` (with its group, for an anchor) on this backend: its

@@ -41,7 +41,7 @@ import torch
 
 from gdsl.backends import capturing, eager_under_torch_compile
 from gdsl.backends.reference.executor import ReferenceModule
-from gdsl.backends.reference.linear import drop_fusions, fused_ops, run_linear
+from gdsl.backends.reference.linear import drop_fusions, run_linear
 from gdsl.backends.triton import default_device
 from gdsl.diagnostics import GdslError
 from gdsl.graph.graph import Graph
@@ -214,12 +214,6 @@ class TritonModule(ReferenceModule):
     def _run(self, x, extra: tuple):
         self.begin_forward(extra)   # the reference's checks and dropout mask key
         return self.run_ops(x)
-
-    def skipped_ops(self) -> set[Op]:
-        return self._skip | self._lin_skip
-
-    def op_groups(self) -> list[set[Op]]:
-        return super().op_groups() + [fused_ops(a, spec) for a, spec in self._fused.items()]
 
     def exec_op(self, op: Op, env: dict, x) -> None:
         if op in self._lin_anchor:
