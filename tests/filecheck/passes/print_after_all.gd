@@ -109,7 +109,7 @@ train t { model = M; loss = cross_entropy(Y, mask = train) }
 # CHECK-NEXT:   %Y : vertex i64[N] = input[classes=C, name=Y]
 # CHECK-NEXT:   # L_1
 # CHECK-NEXT:   %W : param f32[F, C] = param[init=glorot, name=L_1.W]
-# CHECK-NEXT:   %a : vertex f32[N, F] = aggregate[msg=copy_src, order=sparse_first, order_by=undecided, order_grad=dense_first, order_grad_by=undecided, order_memo=true, reduce=sum, stage=gather, to=dst] %X
+# CHECK-NEXT:   %a : vertex f32[N, F] = aggregate[msg=copy_src, order=sparse_first, order_by=invariant, order_grad=dense_first, order_grad_by=undecided, order_memo=true, reduce=sum, stage=gather, to=dst] %X
 # CHECK-NEXT:   %t : vertex f32[N, C] = matmul[partial=true, stage=transform] %a, %W
 # CHECK-NEXT:   %t_sync : vertex f32[N, C] = sync[inserted=true, op=sum, stage=sync] %t
 # CHECK-NEXT:   %loss : scalar f32[] = loss[fn=cross_entropy, mask=train] %t_sync, %Y
@@ -122,7 +122,7 @@ train t { model = M; loss = cross_entropy(Y, mask = train) }
 # CHECK-NEXT:   %Y : vertex i64[N] = input[classes=C, name=Y]
 # CHECK-NEXT:   # L_1
 # CHECK-NEXT:   %W : param f32[F, C] = param[init=glorot, name=L_1.W]
-# CHECK-NEXT:   %a : vertex f32[N, F] = aggregate[invariant=true, msg=copy_src, order=sparse_first, order_by=undecided, order_grad=dense_first, order_grad_by=undecided, order_memo=true, reduce=sum, stage=gather, to=dst] %X
+# CHECK-NEXT:   %a : vertex f32[N, F] = aggregate[invariant=true, msg=copy_src, order=sparse_first, order_by=invariant, order_grad=dense_first, order_grad_by=undecided, order_memo=true, reduce=sum, stage=gather, to=dst] %X
 # CHECK-NEXT:   %t : vertex f32[N, C] = matmul[partial=true, stage=transform] %a, %W
 # CHECK-NEXT:   %t_sync : vertex f32[N, C] = sync[inserted=true, op=sum, stage=sync] %t
 # CHECK-NEXT:   %loss : scalar f32[] = loss[fn=cross_entropy, mask=train] %t_sync, %Y
@@ -135,7 +135,7 @@ train t { model = M; loss = cross_entropy(Y, mask = train) }
 # CHECK-NEXT:   %Y : vertex i64[N] = input[classes=C, name=Y]
 # CHECK-NEXT:   # L_1
 # CHECK-NEXT:   %W : param f32[F, C] = param[init=glorot, name=L_1.W]
-# CHECK-NEXT:   %a : vertex f32[N, F] = aggregate[invariant=true, msg=copy_src, order=sparse_first, order_by=undecided, order_grad=dense_first, order_grad_by=undecided, order_memo=true, reduce=sum, stage=gather, to=dst] %X
+# CHECK-NEXT:   %a : vertex f32[N, F] = aggregate[invariant=true, msg=copy_src, order=sparse_first, order_by=invariant, order_grad=dense_first, order_grad_by=undecided, order_memo=true, reduce=sum, stage=gather, to=dst] %X
 # CHECK-NEXT:   %t : vertex f32[N, C] = matmul[partial=true, stage=transform] %a, %W
 # CHECK-NEXT:   %t_sync : vertex f32[N, C] = sync[inserted=true, op=sum, stage=sync] %t
 # CHECK-NEXT:   %loss : scalar f32[] = loss[fn=cross_entropy, mask=train] %t_sync, %Y

@@ -40,7 +40,7 @@ train t { model = SGC[K = 2]; loss = cross_entropy(Y, mask = train) }
 # CHECK-NEXT:   # Prop_2
 # CHECK-NEXT:   %a_1 : vertex f32[N, F] = aggregate[invariant=true, msg=mul, reduce=sum, stage=gather, to=dst] %a, %w_inv
 # CHECK-NEXT:   # Prop_3
-# CHECK-NEXT:   %a_2 : vertex f32[N, F] = aggregate[invariant=true, msg=mul, order=sparse_first, order_by=undecided, order_grad=dense_first, order_grad_by=undecided, order_memo=true, reduce=sum, stage=gather, to=dst] %a_1, %w_inv
+# CHECK-NEXT:   %a_2 : vertex f32[N, F] = aggregate[invariant=true, msg=mul, order=sparse_first, order_by=invariant, order_grad=dense_first, order_grad_by=undecided, order_memo=true, reduce=sum, stage=gather, to=dst] %a_1, %w_inv
 # CHECK-NEXT:   # Lin_1
 # CHECK-NEXT:   %W : param f32[F, C] = param[init=glorot, name=Lin_1.W]
 # CHECK-NEXT:   %t : vertex f32[N, C] = matmul[partial=true, stage=transform] %a_2, %W
