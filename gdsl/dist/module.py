@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from gdsl.backends import gemm
 from gdsl.backends.reference.executor import ReferenceModule, broadcast_modes, reshape_targets, scatter_extremum
 from gdsl.backends.reference.graphdata import GraphData
 from gdsl.backends.reference.linear import plan_linear, run_linear
@@ -405,7 +406,7 @@ class DistModule(ReferenceModule):
             return back.reshape((back.shape[0],) + tuple(h.shape[1:]))
         if n == "matmul":
             lo, hi = self.feature_cols
-            return torch.tensordot(vals[0], vals[1][lo:hi], dims=1)
+            return gemm.matmul(vals[0], vals[1][lo:hi])
         # the backend's kernels are built on this rank's local graph, not the whole one: torch here
         if n == "aggregate" and op in self._spmm:
             h = vals[0]

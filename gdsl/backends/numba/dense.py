@@ -11,6 +11,7 @@ import math
 import numpy as np
 import torch
 
+from gdsl.backends import gemm
 from gdsl.backends.numba.codegen import get_kernel
 from gdsl.backends.numba.codegen_dense import ACTS
 from gdsl.backends.numba.ops import (
@@ -150,9 +151,9 @@ class _LinearFn(torch.autograd.Function):
     def forward(ctx, *xw):
         xs, ws = xw[0::2], xw[1::2]
         out = _empty((xs[0].shape[0], ws[0].shape[1]), xs[0].dtype)
-        torch.mm(xs[0], ws[0], out=out)
+        gemm.mm(xs[0], ws[0], out=out)
         for x, w in zip(xs[1:], ws[1:]):
-            out.addmm_(x, w)
+            gemm.addmm_(out, x, w)
         ctx.save_for_backward(*xw)
         return out
 
@@ -168,7 +169,7 @@ class _LinearFn(torch.autograd.Function):
                 dx = _empty(tuple(x.shape), grad.dtype)
                 torch.mm(grad, w.t(), out=dx)
             if ctx.needs_input_grad[i + 1]:
-                dw = torch.mm(x.t(), grad)
+                dw = gemm.wgrad(x, grad)
             grads += [dx, dw]
         return tuple(grads)
 
@@ -188,7 +189,7 @@ def linear(*xw: torch.Tensor) -> torch.Tensor:
     if not ok:
         out = None
         for x, w in zip(xs, ws):
-            t = torch.tensordot(x, w, dims=1)
+            t = gemm.matmul(x, w)
             out = t if out is None else out + t
         return out
     m = math.prod(out_shape)

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from gdsl.backends import capturing, compiling, eager_under_torch_compile, exporting
+from gdsl.backends import capturing, compiling, eager_under_torch_compile, exporting, gemm
 from gdsl.backends.reference.graphdata import GraphData
 from gdsl.backends.reference.linear import fused_ops, plan_linear, run_linear, sparse_mm
 from gdsl.diagnostics import GdslError
@@ -685,7 +685,7 @@ class ReferenceModule(nn.Module):
                 b = b if isinstance(b, torch.Tensor) else torch.tensor(b, dtype=a.dtype)
             return _BINARY[n](a, b)
         if n == "matmul":
-            return torch.tensordot(vals[0], vals[1], dims=1)
+            return gemm.matmul(vals[0], vals[1])
         if n == "dot":
             a, b = op.operands
             rank = max(len(a.type.shape), len(b.type.shape)) - 1

@@ -30,6 +30,7 @@ from collections import deque
 
 import torch
 
+from gdsl.backends import gemm
 from gdsl.ir.core import Op, Value
 from gdsl.passes.order import LinearGroup
 
@@ -125,9 +126,9 @@ class OrderedLinear(torch.autograd.Function):
         t = None
         if g.fwd == "sparse_first":
             t = runner.apply(x.reshape(n, k * din), False)
-            y = (t.reshape(-1, din) @ w2).reshape(t.shape[0], k * dout)
+            y = gemm.mm(t.reshape(-1, din), w2).reshape(t.shape[0], k * dout)
         else:
-            y = runner.apply((x.reshape(n * k, din) @ w2).reshape(n, k * dout), False)
+            y = runner.apply(gemm.mm(x.reshape(n * k, din), w2).reshape(n, k * dout), False)
         ctx.runner = runner
         ctx.save_for_backward(x, w, t if (g.memo and t is not None) else None)
         return y.reshape((y.shape[0],) + tuple(x.shape[1:-1]) + tuple(w.shape[1:]))
@@ -148,17 +149,17 @@ class OrderedLinear(torch.autograd.Function):
         if g.bwd == "sparse_first":
             s = runner.apply(g2, True)                                  # A^T G: [n, k * dout]
             dx = by_vec(s, dout) @ w2.t() if need_x else None
-            dw = x2.t() @ by_vec(s, dout) if need_w else None
+            dw = gemm.wgrad(x2, by_vec(s, dout)) if need_w else None
         else:
             if need_x:
                 dx = runner.apply((by_vec(g2, dout) @ w2.t()).reshape(rows, k * din), True)
             if need_w:
                 if t is not None:
-                    dw = by_vec(t, din).t() @ by_vec(g2, dout)
+                    dw = gemm.wgrad(by_vec(t, din), by_vec(g2, dout))
                 elif din <= dout:
-                    dw = by_vec(runner.apply(x.reshape(n, k * din), False), din).t() @ by_vec(g2, dout)
+                    dw = gemm.wgrad(by_vec(runner.apply(x.reshape(n, k * din), False), din), by_vec(g2, dout))
                 else:
-                    dw = x2.t() @ by_vec(runner.apply(g2, True), dout)
+                    dw = gemm.wgrad(x2, by_vec(runner.apply(g2, True), dout))
         return (None if dx is None else dx.reshape(x.shape)), (None if dw is None else dw.reshape(w.shape)), None
 
 
