@@ -156,3 +156,13 @@ def test_the_example_programs_on_cora_keep_the_row_major_products(monkeypatch, n
     monkeypatch.setattr(gemm, "narrow", lambda *shape: asked.append((shape, real(*shape))) or asked[-1][1])
     _forward_backward((ROOT / "programs" / name).read_text(), gdsl.load_graph("cora"), "reference")
     assert asked and not [shape for shape, taken in asked if taken]
+
+
+def test_products_off_the_cpu_keep_the_row_major_form(monkeypatch):
+    """The layouts were measured on the CPU only: elsewhere (here the meta
+    device, standing in for a GPU) nothing changes."""
+    taken = []
+    monkeypatch.setattr(gemm, "_colmajor", lambda w: taken.append(w.shape))
+    x, w, g = (torch.empty(s, device="meta") for s in ((4096, 1024), (1024, 7), (4096, 7)))
+    assert gemm.matmul(x, w).shape == (4096, 7) and gemm.mm(x, w).shape == (4096, 7)
+    assert gemm.wgrad(x, g).is_contiguous() and taken == []

@@ -20,7 +20,8 @@ products only:
   the backends' own autograd Functions (numba's fused linear, the order
   pass's linear groups).
 
-Every other product is computed as before (`torch.tensordot` / `x.t() @ g`),
+Products on a GPU are not changed (unmeasured there). Every other product
+is computed as before (`torch.tensordot` / `x.t() @ g`),
 so small models (gcn.gd, gat.gd on Cora: their narrow last layer reads a
 [2708, 16] / [2708, 64] input) keep their numbers bit for bit. The two
 layouts round differently (the sums run in another order): results agree to
@@ -41,6 +42,12 @@ def narrow(rows: int, din: int, dout: int) -> bool:
     return 0 < dout < NARROW and rows * din >= BIG
 
 
+def _take(x: torch.Tensor, rows: int, din: int, dout: int) -> bool:
+    """narrow(), for a product on the CPU (the layouts were measured there;
+    on a GPU every product keeps its row-major form)."""
+    return x.device.type == "cpu" and narrow(rows, din, dout)
+
+
 def _colmajor(w2: torch.Tensor) -> torch.Tensor:
     """w2 [din, dout], held column-major (a differentiable copy)."""
     return w2.t().contiguous().t()
@@ -54,7 +61,7 @@ def matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     din = w.shape[0]
     dout = math.prod(w.shape[1:])
     rows = math.prod(x.shape[:-1])
-    if not narrow(rows, din, dout):
+    if not _take(x, rows, din, dout):
         return torch.tensordot(x, w, dims=1)
     y = x.reshape(rows, din) @ _colmajor(w.reshape(din, dout))
     return y.reshape(tuple(x.shape[:-1]) + tuple(w.shape[1:]))
@@ -62,20 +69,20 @@ def matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 def mm(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """x [rows, din] @ w [din, dout] for an autograd Function's forward."""
-    if narrow(x.shape[0], x.shape[1], w.shape[1]):
+    if _take(x, x.shape[0], x.shape[1], w.shape[1]):
         w = _colmajor(w)
     return torch.mm(x, w) if out is None else torch.mm(x, w, out=out)
 
 
 def addmm_(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """out += x @ w, with mm's layout choice."""
-    if narrow(x.shape[0], x.shape[1], w.shape[1]):
+    if _take(x, x.shape[0], x.shape[1], w.shape[1]):
         w = _colmajor(w)
     return out.addmm_(x, w)
 
 
 def wgrad(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """x^T @ g (x [rows, din], g [rows, dout]): the gradient of W in x @ W."""
-    if narrow(x.shape[0], x.shape[1], g.shape[1]):
+    if _take(x, x.shape[0], x.shape[1], g.shape[1]):
         return (g.t() @ x).t()
     return x.t() @ g
