@@ -18,9 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import statistics
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -33,16 +31,11 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 import gdsl  # noqa: E402
 from gdsl.backends import gemm  # noqa: E402
 from hoist import _epochs, _rmat_graph  # noqa: E402
+from machine import median  # noqa: E402
 
 
 def _time(fn, reps: int = 9) -> float:
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts) * 1e3
+    return median(fn, reps) * 1e3
 
 
 def grid(quick: bool) -> list[str]:

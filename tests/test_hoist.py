@@ -294,6 +294,50 @@ def test_an_invariant_output_is_returned_as_a_copy():
     assert torch.equal(m(), expected)
 
 
+# the output is a kept value seen through a dropout (the identity in eval mode, and at p = 0)
+DROPPED_OUTPUT = HEAD + """
+model M[p = 0.5] {
+    return dropout(Prop(X), p)
+}
+""" + TRAIN
+
+
+@pytest.mark.parametrize("backend", _backends())
+@pytest.mark.parametrize("mode", ["eval", "p0"])
+def test_an_output_aliasing_a_kept_value_is_returned_as_a_copy(backend, mode):
+    g = random_graph(n=30, e=90, f=3, c=3, seed=3)
+    prog = gdsl.compile(DROPPED_OUTPUT, p=0.0 if mode == "p0" else 0.5)
+    m = prog.module(g, backend=backend, hoist=True)
+    m.train(mode == "p0")
+    first = m()
+    expected = first.clone()
+    first.zero_()   # the caller's edit
+    assert torch.equal(m(), expected) and expected.abs().sum() > 0
+
+
+@pytest.mark.parametrize("backend", _backends())
+def test_inference_mode(backend):
+    """A forward under torch.inference_mode() keeps nothing (its tensors
+    could not be saved for a later training step's backward), uses what an
+    earlier forward kept, and features made under it (no version counter)
+    are never kept."""
+    g = _graph()
+    on, off = _pair(SGC, backend, g)
+    with torch.inference_mode():
+        assert torch.equal(on(), off())
+    assert on._hoist_cache is None
+    for m in (on, off):   # a training step after it
+        m.loss(m()).backward()
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(on.parameters(), off.parameters()))
+    kept = on._hoist_cache
+    with torch.inference_mode():
+        assert torch.equal(on(), off())
+        x = g.features * 2
+        assert torch.equal(on(x), off(x))
+    assert on._hoist_cache is kept
+    assert torch.equal(on(x), off(x)) and on._hoist_cache is kept
+
+
 def test_hoist_is_a_bool():
     g = _graph()
     prog = gdsl.compile(SGC)

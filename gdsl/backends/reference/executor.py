@@ -434,13 +434,15 @@ class ReferenceModule(nn.Module):
         """The forward's ops in program order, each by `exec_op` (a backend's
         fused groups by their anchor), the hoisted ones (`_hoisted`) skipped."""
         env, hoisted = self._hoisted(x)
+        kept = list(env.values())
         skip = self.skipped_ops()
         for op in self.ir.main.ops:
             if op.name != "loss" and op not in skip and op not in hoisted:
                 self.exec_op(op, env, x)
         out = env[self.ir.main.results[0]]
-        # a kept value is returned as a copy: an in-place edit of the output must not reach the next forward
-        return out.clone() if hoisted and self.ir.main.results[0].owner in hoisted else out
+        # an output that is a kept value or a view of one (a dropout in eval mode returns its input) is
+        # returned as a copy: an in-place edit of the output must not reach the next forward
+        return out.clone() if _shares_memory(out, kept) else out
 
     def skipped_ops(self) -> set[Op]:
         """The ops another op's `exec_op` computes (the anchor of their group)."""
@@ -488,18 +490,22 @@ class ReferenceModule(nn.Module):
         an input they depend on is another tensor (identity), is edited in
         place (torch's version counter), or the module changes dtype or
         device. Not kept while an input requires grad (its gradient flows
-        through them)."""
+        through them) or is an inference tensor (no version counter), and
+        not made under torch.inference_mode() (a later training step could
+        not save them for its backward): those forwards compute them."""
         if not self.hoist:
             return {}, frozenset()
         plan = self.hoist_plan()
         if not plan.keep:
             return {}, frozenset()
         sources = [self._input_source(op, x) for op in plan.inputs]
-        if not all(isinstance(t, torch.Tensor) for t in sources) or (
+        if not all(isinstance(t, torch.Tensor) for t in sources) or any(t.is_inference() for t in sources) or (
                 torch.is_grad_enabled() and any(t.requires_grad for t in sources)):
-            return {}, frozenset()
+            return {}, frozenset()   # (an inference tensor has no version counter to key on)
         c = self._hoist_cache
         if c is None or not c.holds(sources, self._float):
+            if torch.is_inference_mode_enabled():
+                return {}, frozenset()   # values made here could never be saved for a later backward
             env: dict = {}
             with torch.no_grad():   # no param, no input requiring grad: nothing to differentiate
                 for op in plan.run:
@@ -937,6 +943,15 @@ def plan_hoist(module: Module, groups: list[set[Op]], skipped: set[Op]) -> Hoist
         todo.extend(v.owner for v in op.operands)
     run = [op for op in f.ops if op in need and op not in skipped]
     return HoistPlan(frozenset(marked), keep, run, [op for op in run if op.name == "input"])
+
+
+def _shares_memory(t: torch.Tensor, others: list) -> bool:
+    """Whether tensor `t` lies in the memory of one of `others`."""
+    if not others or not isinstance(t, torch.Tensor) or t.layout != torch.strided or t.numel() == 0:
+        return False
+    p = t.untyped_storage().data_ptr()
+    return any(isinstance(o, torch.Tensor) and o.layout == torch.strided and o.numel()
+               and o.untyped_storage().data_ptr() == p for o in others)
 
 
 class _HoistCache:
