@@ -5,13 +5,15 @@ A GNN's last transform maps wide features to a few classes (Cora: 1433 -> 7
 for SGC, the linear layer after a propagation). With W stored row-major
 [din, dout] as gdsl's params are, torch's CPU GEMM (oneDNN / MKL) runs both
 `x @ W` and the weight gradient `x^T @ G` of such a product slowly when dout
-is small: bench/gemm_layout.py measures, on the 2-core bench machine, x @ W
-1.4-5.5x and x^T @ G 2.3-8x slower than the same products computed as
-x @ (W^T)^T with W^T contiguous (W column-major, the layout of
-`nn.Linear.weight.t()`) and as (G^T @ x)^T, for dout < 16 and x of a
-million values or more; from dout = 16 on the two layouts are within
-0.7-1.4x of each other either way (bench/RESULTS-gemm.md). So, for those
-products only:
+is small. bench/gemm_layout.py measures, on the 2-core bench machine, for
+x of a million values or more and dout < 16: x^T @ G 1.3-10x slower than
+(G^T @ x)^T, and x @ W up to 5.5x slower than x @ (W^T)^T with W^T
+contiguous (W column-major, the layout of `nn.Linear.weight.t()`; for
+dout <= 8 mostly, even at 15, 0.76x at worst); the pair of them together
+1.1-8.5x slower. Below a million values the pair gains a few hundred
+microseconds at most, and from dout = 16 on the two layouts are within
+0.68-1.8x of each other either way (bench/RESULTS-gemm.md). So, for
+those products only:
 
 * `matmul(x, w)` (autograd): multiplies by a column-major copy of W; torch's
   mm backward then takes the gradient of a column-major operand as
