@@ -34,7 +34,7 @@ from torch import nn
 from gdsl.backends import gemm
 from gdsl.backends.reference.executor import ReferenceModule, broadcast_modes, reshape_targets, scatter_extremum
 from gdsl.backends.reference.graphdata import GraphData
-from gdsl.backends.reference.linear import plan_linear, run_linear
+from gdsl.backends.reference.linear import plan_linear, run_linear, sparse_mm
 from gdsl.diagnostics import GdslError
 from gdsl.dist import functions as fn
 from gdsl.dist.comm import Comm, waiting
@@ -315,7 +315,7 @@ class DistModule(ReferenceModule):
             h = self._ext(op.operands[0], vals[0])
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                out = torch.sparse.mm(self._spmm[op], _rows2d(h))
+                out = sparse_mm(self._spmm[op], _rows2d(h))
             out = out.reshape((out.shape[0],) + tuple(h.shape[1:]))
             return self._complete(out, "sum", op)
         if n == "aggregate":
@@ -391,7 +391,7 @@ class DistModule(ReferenceModule):
             if op in self._spmm:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
-                    out = torch.sparse.mm(self._spmm[op], hc)
+                    out = sparse_mm(self._spmm[op], hc)
             else:
                 sub = self._swap(self.full)
                 self._plain_gather = True   # the whole graph on this rank: nothing to complete
@@ -412,7 +412,7 @@ class DistModule(ReferenceModule):
             h = vals[0]
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                return torch.sparse.mm(self._spmm[op], _rows2d(h)).reshape(h.shape)
+                return sparse_mm(self._spmm[op], _rows2d(h)).reshape(h.shape)
         if n == "input":
             return self.graph.features if x is None else x
         saved = self._swap(self.full)
