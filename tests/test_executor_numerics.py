@@ -69,3 +69,28 @@ def test_a_label_equal_to_the_class_count_is_refused_at_the_loss():
     m.graph.labels[4] = 3   # the module shares the labels tensor
     with pytest.raises(GdslError, match=r"label 3 of vertex 4 is not a class id 0\.\.2"):
         m.loss(m())
+
+
+def test_dropout_is_x_times_the_rand_mask_over_one_minus_p_bit_for_bit():
+    """The reference's dropout (float 0/1 mask for a float32 CPU tensor autograd will not save, bools
+    otherwise, the scale in place) is x * (torch.rand(x.shape, generator=seeded) >= p) / (1 - p) bit for
+    bit, forward and x's gradient, in float32 and float64."""
+    import gdsl
+    from helpers import random_graph
+    src = ("graph G\ninput X : vertex f32[F]\ninput Y : vertex label[C]\nmask train\n"
+           "model M { return dropout(X, 0.3) }\n")
+    g = random_graph(n=50, e=100, f=7, c=3)
+    m = gdsl.compile(src).module(g, backend="reference").train()
+    op = next(o for o in m.ir.main.ops if o.name == "dropout")
+    for dtype in (torch.float32, torch.float64):
+        for grad in (False, True):
+            x = (torch.randn(50, 7, dtype=dtype) * 3).requires_grad_(grad)   # negatives: the sign of 0 too
+            m.begin_forward(())
+            keep = torch.rand(x.shape, generator=torch.Generator().manual_seed(m.mask_seed(op))) >= 0.3
+            want = x.detach() * keep / (1 - 0.3)
+            got = m.dropout(op, x)
+            assert got.dtype == dtype and 0 < int(keep.sum()) < keep.numel()
+            assert torch.equal(got.detach(), want) and torch.equal(got.detach().signbit(), want.signbit())
+            if grad:
+                got.sum().backward()
+                assert torch.equal(x.grad, (torch.ones_like(want) * keep) / (1 - 0.3))

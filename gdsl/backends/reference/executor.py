@@ -837,14 +837,23 @@ class ReferenceModule(nn.Module):
         p = op.attrs["p"]
         if not self.training or p == 0.0 or not isinstance(x, torch.Tensor):
             return x
-        return x * self._keep(op, x, p) / (1.0 - p)
+        y = x * self._keep(op, x, p)
+        # the scale in place: the same numbers as `x * keep / (1 - p)` without a second [N, F] tensor
+        return y.div_(1.0 - p) if y.is_floating_point() else y / (1.0 - p)
 
     @eager_under_torch_compile   # the step's seed is read eagerly: no recompile per step under torch.compile
     def _keep(self, op: Op, x: torch.Tensor, p: float) -> torch.Tensor:
         return self.dropout_keep(op, x, torch.Generator().manual_seed(self.mask_seed(op)), p)
 
     def dropout_keep(self, op: Op, x: torch.Tensor, gen: torch.Generator, p: float) -> torch.Tensor:
-        return torch.rand(x.shape, generator=gen) >= p
+        """The keep mask of `x`: u >= p for u = torch.rand(x.shape, generator=gen),
+        as bools, or as 0/1 floats written over u (a float32 CPU tensor that
+        autograd will not save: x * mask then converts no bool mask to
+        floats; the same products bit for bit)."""
+        u = torch.rand(x.shape, generator=gen)
+        if x.dtype == torch.float32 and x.device.type == "cpu" and not (x.requires_grad and torch.is_grad_enabled()):
+            return u.ge_(p)
+        return u >= p   # (a mask autograd saves for x's gradient stays 1 byte an entry)
 
     # ---- fused ops, by their unfused meaning (the oracle for every backend)
     def aggregate(self, op: Op, vals: list):
