@@ -151,10 +151,13 @@ def test_a_ranks_dropout_mask_drawn_in_blocks_is_the_single_process_mask(n, rest
     from gdsl.dist.module import keep_mask_rows
     whole = torch.rand((n,) + rest, generator=torch.Generator().manual_seed(seed)) >= 0.4
     rows = torch.tensor(data.draw(st.permutations(range(n))), dtype=torch.int64)[: data.draw(st.integers(0, n))]
-    got = keep_mask_rows(n, rest, torch.Generator().manual_seed(seed), 0.4, rows=rows, chunk=chunk)
-    assert torch.equal(got, whole.index_select(0, rows))
+    # the ranks' float32 masks (0/1 floats, dtype=torch.float32) are the same mask
+    dtype = data.draw(st.sampled_from([torch.bool, torch.float32]))
+    got = keep_mask_rows(n, rest, torch.Generator().manual_seed(seed), 0.4, rows=rows, chunk=chunk, dtype=dtype)
+    assert torch.equal(got, whole.index_select(0, rows).to(dtype))
     if rest:
         lo = data.draw(st.integers(0, rest[-1]))
         hi = data.draw(st.integers(lo, rest[-1]))
-        got = keep_mask_rows(n, rest, torch.Generator().manual_seed(seed), 0.4, cols=(lo, hi), chunk=chunk)
-        assert torch.equal(got, whole[..., lo:hi])
+        got = keep_mask_rows(n, rest, torch.Generator().manual_seed(seed), 0.4, cols=(lo, hi), chunk=chunk,
+                             dtype=dtype)
+        assert torch.equal(got, whole[..., lo:hi].to(dtype))

@@ -567,18 +567,23 @@ class DistModule(ReferenceModule):
     # ---------------------------------------------------------------- dropout on local rows
     def dropout_keep(self, op: Op, x: torch.Tensor, gen: torch.Generator, p: float) -> torch.Tensor:
         """The single-process mask's entries of my rows (columns), drawn on the
-        host from the same generator and moved to the rank's device."""
-        return self._keep_on_host(op, x, gen, p).to(x.device)
+        host from the same generator and moved to the rank's device; as 0/1
+        floats where the reference keeps them so (ReferenceModule.dropout_keep)."""
+        floats = x.dtype == torch.float32 and x.device.type == "cpu" and not (
+            x.requires_grad and torch.is_grad_enabled())
+        return self._keep_on_host(op, x, gen, p, torch.float32 if floats else torch.bool).to(x.device)
 
-    def _keep_on_host(self, op: Op, x: torch.Tensor, gen: torch.Generator, p: float) -> torch.Tensor:
+    def _keep_on_host(self, op: Op, x: torch.Tensor, gen: torch.Generator, p: float,
+                      dtype: torch.dtype = torch.bool) -> torch.Tensor:
         t = op.result.type
         if t.domain in ("vertex", "edge"):
             n = self.part.num_nodes if t.domain == "vertex" else self.part.num_edges
             if op.result in self.cols_region:  # P3: all rows (every edge), this rank's columns
-                return keep_mask_rows(n, tuple(x.shape[1:-1]) + (int(t.shape[-1]),), gen, p, cols=self.feature_cols)
+                return keep_mask_rows(n, tuple(x.shape[1:-1]) + (int(t.shape[-1]),), gen, p, cols=self.feature_cols,
+                                      dtype=dtype)
             rows = self.row_gid[: x.shape[0]] if t.domain == "vertex" else self.edge_gid
-            return keep_mask_rows(n, tuple(x.shape[1:]), gen, p, rows=rows)
-        return torch.rand(x.shape, generator=gen) >= p
+            return keep_mask_rows(n, tuple(x.shape[1:]), gen, p, rows=rows, dtype=dtype)
+        return (torch.rand(x.shape, generator=gen) >= p).to(dtype)
 
     # ---------------------------------------------------------------- inputs, loss, metrics
     def _input(self, op: Op, x):
@@ -656,7 +661,8 @@ DRAW_CHUNK = 1 << 22
 
 
 def keep_mask_rows(n: int, rest: tuple, gen: torch.Generator, p: float, rows: torch.Tensor | None = None,
-                   cols: tuple[int, int] | None = None, chunk: int = DRAW_CHUNK) -> torch.Tensor:
+                   cols: tuple[int, int] | None = None, chunk: int = DRAW_CHUNK,
+                   dtype: torch.dtype = torch.bool) -> torch.Tensor:
     """Rows `rows` (global ids), or with ``cols=(lo, hi)`` instead every
     row's columns lo:hi, of the single-process keep mask
     ``torch.rand((n,) + rest, generator=gen) >= p``, drawn ``chunk`` floats at
@@ -664,13 +670,13 @@ def keep_mask_rows(n: int, rest: tuple, gen: torch.Generator, p: float, rows: to
     after another, so consecutive blocks of rows get the very numbers of the
     one draw (tests/test_dist_parts.py checks it) while a rank holds one
     block, not the whole [N, F] (or [E, F]) mask; the draw stops after the
-    last row wanted."""
+    last row wanted. `dtype`: bools, or the same mask as 0/1 floats."""
     inner = int(np.prod(rest, dtype=np.int64))
     step = max(1, min(n, chunk // max(inner, 1)))
     buf = torch.empty((step,) + rest)
     if rows is None:
         lo, hi = cols
-        out = torch.empty((n,) + rest[:-1] + (hi - lo,), dtype=torch.bool)
+        out = torch.empty((n,) + rest[:-1] + (hi - lo,), dtype=dtype)
         for s in range(0, n, step):
             block = buf[: min(n, s + step) - s].uniform_(generator=gen)
             torch.ge(block[..., lo:hi], p, out=out[s:s + block.shape[0]])
@@ -678,10 +684,10 @@ def keep_mask_rows(n: int, rest: tuple, gen: torch.Generator, p: float, rows: to
     ordered = bool((rows[1:] > rows[:-1]).all())   # local ids follow global ids: the usual case
     order = None if ordered else torch.argsort(rows, stable=True)
     srt = rows if ordered else rows[order]
-    out = torch.empty((rows.shape[0],) + rest, dtype=torch.bool)
+    out = torch.empty((rows.shape[0],) + rest, dtype=dtype)
     if rows.shape[0] == 0:
         return out
-    keep = torch.empty((step,) + rest, dtype=torch.bool)
+    keep = torch.empty((step,) + rest, dtype=dtype)
     for s in range(0, int(srt[-1]) + 1, step):
         e = min(n, s + step)
         torch.ge(buf[: e - s].uniform_(generator=gen), p, out=keep[: e - s])
