@@ -250,4 +250,27 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
     if stop_after is None and "fuse" in ran:
         if errors := _partition_hint_errors(checked, module):
             raise CompileError(errors, source)
+    if stop_after is None and ctx.options.get("order_hoist_dependent"):
+        module.mask_keys = mask_keys(module, lambda: compile_source(
+            source, file, dims=dims, overrides=overrides, train=train, disable=disable, hoist=True).module)
     return Compiled(source, file, prog, checked, module, warnings)
+
+
+def mask_keys(module: Module, hoisting: Callable[[], Module]) -> list[int] | None:
+    """The op keys of `module`'s dropout masks as the compile `gdsl run` executes
+    (`hoisting()`, hoist=True) numbers them: the k-th dropout's position there.
+    A mask is seeded with its op's position (ReferenceModule.mask_seed); where
+    the order pass ordered an aggregation of an invariant input by width here
+    and sparse-first there, the ops before a dropout differ in number
+    (`GCNConv[C](X) + GCNConv[C](X)`: one shared A X there, two dense-first
+    layers here), and the ranks and `prog.module(graph)` drew other masks than
+    a single `gdsl run`. None (each op's own position) without dropouts, or if
+    the two compiles' dropouts do not pair up."""
+    mine = [op for op in module.main.ops if op.name == "dropout"]
+    if not mine:
+        return None
+    ops = hoisting().main.ops
+    theirs = [i for i, op in enumerate(ops) if op.name == "dropout"]
+    if len(theirs) != len(mine) or any(ops[i].attrs["p"] != op.attrs["p"] for i, op in zip(theirs, mine)):
+        return None
+    return theirs

@@ -31,10 +31,10 @@ if MPIEXEC is None:
 DRIVER = ROOT / "tests" / "dist_driver.py"
 EPOCHS = 20
 GCN, SAGE, GAT = (str(ROOT / "programs" / f"{p}.gd") for p in ("gcn", "sage", "gat"))
-MSE_AE, EDGE_DROPOUT, BCE_X, EW_MAX, SDDMM_X, SPARSE_HINT = (
+MSE_AE, EDGE_DROPOUT, BCE_X, EW_MAX, SDDMM_X, SPARSE_HINT, TWIN = (
     str(ROOT / "tests" / "dist_programs" / f"{p}.gd")
     for p in ("mse_autoencoder", "edge_dropout", "bce_features", "elementwise_max", "sddmm_features",
-              "gcn_sparse_first_hint"))
+              "gcn_sparse_first_hint", "twin_dropout"))
 
 # every exact plan; (plan, halo); rows_replicated(2) needs c^2 | P
 EXACT = [("rows(hash)", "alltoallv"), ("rows(hash)", "bcast"), ("rows(random)", "alltoallv"),
@@ -75,6 +75,8 @@ def _configs(P: int) -> list[dict]:
         out += [_cfg(SDDMM_X, "cora", "features", epochs=5)]   # src.a * dst.b, src.a - dst.b on them
         # a backward order the cost chose, which R_A < P cannot run: autograd's own instead
         out += [_cfg(SPARSE_HINT, "cora", "redistribute(1)", epochs=10)]
+        # the ranks' compile orders the twin layers by width, `gdsl run`'s by `invariant`: the same masks
+        out += [_cfg(TWIN, "cora", p, epochs=5) for p in ("rows(hash)", "replicate")]
     else:
         out += [_cfg(SAGE, "cora", "rows_replicated(2)"), _cfg(SAGE, "cora", "rows(hash)", "bcast")]
         out += [_cfg(GAT, "cora", "rows(hash)", "bcast"), _cfg(GAT, "cora", "features")]

@@ -416,3 +416,45 @@ schedule {
         assert all(torch.equal(p, q) for p, q in zip(ga, gb))
     assert ran.count("aggregate") == 1   # Prop's, once; Conv's runs inside its group's anchor
     assert ran.count("matmul") == 3
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_dropout_masks_do_not_depend_on_whether_the_compile_hoists(backend):
+    """Twin calls on X before a dropout (helper-65): the hoisting compile (`gdsl run`) orders their
+    aggregation of X by `invariant` (one shared A X), `prog.module(graph)` and the MPI ranks by width (two
+    dense-first layers), so the dropout sits at another op position, which seeded another mask (loss 0.128
+    apart by step 5 on Cora). compiler.mask_keys gives both `gdsl run`'s numbering."""
+    if backend == "numba":
+        pytest.importorskip("numba")
+    prog = gdsl.compile(ROOT / "tests" / "dist_programs" / "twin_dropout.gd")
+    g = random_graph(n=60, e=200, f=24, c=4)
+    hoisted, plain = prog.bind(g, hoist=True).module, prog.bind(g).module
+    # the case: one shared A X there, two dense-first aggregations here, the dropout at another position
+    assert [sum(op.name == "aggregate" for op in m.main.ops) for m in (hoisted, plain)] == [1, 2]
+    assert plain.mask_keys is not None and hoisted.mask_keys is None
+    losses = []
+    for hoist in (True, False):
+        torch.manual_seed(0)
+        m = prog.module(g, backend=backend, hoist=hoist)
+        opt = torch.optim.Adam(m.parameters(), lr=0.05)
+        out = []
+        for _ in range(4):
+            m.train()
+            opt.zero_grad()
+            loss = m.loss(m())
+            loss.backward()
+            opt.step()
+            out.append(loss.item())
+        losses.append(out)
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+
+
+def test_the_example_programs_keep_their_masks():
+    """gcn / gat: no aggregation a hoisting compile orders otherwise, so no second compile; sage
+    (sparse-first on X there, dense-first here) has its dropouts at the same positions in both: the
+    three keep the masks they drew before compiler.mask_keys."""
+    g = gdsl.load_graph("cora")
+    for name in ("gcn", "gat", "sage"):
+        m = gdsl.compile(ROOT / "programs" / f"{name}.gd").bind(g).module
+        own = [i for i, op in enumerate(m.main.ops) if op.name == "dropout"]
+        assert m.mask_keys == (own if name == "sage" else None)

@@ -135,3 +135,6 @@ class Module:
     main: Func
     funcs: dict[str, Func] = field(default_factory=dict)
     attrs: dict[str, Any] = field(default_factory=dict)
+    # the dropout masks' op keys (compiler.compile_source, mask_keys), one per dropout in program
+    # order, where this compile's op positions differ from those of the compile `gdsl run` executes
+    mask_keys: list[int] | None = None

@@ -88,6 +88,7 @@ class Order:
         # input, `GCNConv[C](X) + GCNConv[C](X)`): each `@` can be reordered to A (X W_i) on its own
         shared = lambda v, op: (len(users.get(v, [])) > 1 and v not in f.results  # noqa: E731
                                 and all(u.name == "matmul" and u.operands[0] is v for u in users[v]))
+        inv = None if ctx.options.get("hoist") or delayed else invariant_values(f)
         rewrites: dict[Op, list[Op]] = {}
         drop: set[Op] = set()
         left: dict[Op, int] = {}   # a shared aggregation -> its users not reordered
@@ -110,6 +111,10 @@ class Order:
                 choice, by = "sparse_first", "invariant"
             else:
                 choice, by = self.by_width(t, users[agg.result] if is_shared else (t,))
+                if choice != "sparse_first" and inv is not None and agg.operands[0] in inv:
+                    # a hoisting compile orders this one sparse-first (`invariant`): its ops may sit
+                    # elsewhere (compiler.mask_keys keeps the dropout masks those of that compile)
+                    ctx.options["order_hoist_dependent"] = True
             bwd_choice, bwd_memo, bwd_by = self.backward(t, choice, bwd, memo, needs_grad(f, agg.operands[0]),
                                                          delayed)
             decided = dict(order=choice, order_by=by, order_grad=bwd_choice, order_grad_by=bwd_by,

@@ -256,7 +256,10 @@ class ReferenceModule(nn.Module):
         self._param_shapes: dict[str, tuple[int, ...]] = {}
         self._seed_value, self.step, self._mask_step = 0, 0, 0
         self._step_of_draw: dict[int, int] = {}   # count_step
-        self._op_index = {op: i for i, op in enumerate(module.main.ops)}
+        self._op_index = {op: i for i, op in enumerate(module.main.ops)}   # mask_seed's op keys
+        drops = [op for op in module.main.ops if op.name == "dropout"]
+        if module.mask_keys is not None and len(module.mask_keys) == len(drops):
+            self._op_index.update(zip(drops, module.mask_keys))   # gdsl run's numbering (compiler.mask_keys)
         self._draws_masks = any(op.name == "dropout" and op.attrs["p"] > 0 for op in module.main.ops)
         for op in module.main.ops:
             if op.name == "param":
