@@ -290,3 +290,25 @@ def test_leading_feature_axes_keep_every_order_exact(graph, form, reduce):
     torch.testing.assert_close(out, out0, rtol=1e-4, atol=1e-5)
     for a, b in zip(grads, grads0):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+@pytest.mark.parametrize("memo", [True, False], ids=["memoised", "recomputed"])
+def test_every_configuration_runs_under_bf16_autocast(graph, base, backend, memo):
+    """Under torch.autocast the ordered products come out in bfloat16 and so do their gradients; each
+    hinted backward (helper-65: the dense-first one without the memo failed in its `@` with "expected m1
+    and m2 to have the same dtype") runs and gives the float32 gradients to bfloat16 rounding."""
+    _need(backend)
+    for cfg in configurations(2, memoize=(memo,)):
+        prog = gdsl.compile(GCN + _hints(cfg), hidden=7)
+        torch.manual_seed(0)
+        model = prog.module(graph, backend=backend).eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = model()
+            w = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
+            grads = torch.autograd.grad((out.float() * w).sum(), list(model.parameters()))
+        for p, a, b in zip(model.parameters(), grads, base[2]):
+            assert a.dtype == p.dtype
+            assert (a - b).norm() <= 0.05 * b.norm() + 1e-3, (cfg, p.shape)

@@ -165,6 +165,9 @@ class OrderedLinear(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         x, w, t = ctx.saved_tensors
+        # under torch.autocast the forward's product came out in the low dtype, so its gradient does
+        # too: the backward runs in the params' dtype (was: "expected m1 and m2 to have the same dtype")
+        grad = grad.to(w.dtype)
         runner = ctx.runner
         g = runner.g
         n, din = x.shape[0], w.shape[0]
