@@ -89,7 +89,7 @@ def test_features_adds_a_scalar_before_the_product_and_names_what_it_cannot_slic
     check_supported("features", _module(FEATURE_ADD.replace("ADDEND", "1").replace("PLAN", "auto")))
     check_supported("features", _module(FEATURE_ADD.replace("h + ADDEND", "2 - h").replace("PLAN", "auto")))
     per_feature = FEATURE_ADD.replace("ADDEND", "v")
-    with pytest.raises(GdslError, match=r"^partition = features: op %\S+ \(add\) in layer 1: adding %v \(a learned "
+    with pytest.raises(GdslError, match=r"^partition = features: op %\S+ \(add\) in P3's first layer \(the ops up to its sync\): adding %v \(a learned "
                                         r"value \(a param or computed from one\)\) before layer 1's '@' cannot take "
                                         r"a column slice"):
         check_supported("features", _module(per_feature.replace("PLAN", "auto")))

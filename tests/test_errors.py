@@ -356,7 +356,8 @@ CASES = [
     ('delay-with-a-backward-order-hint', 'gcn.gd', '    eval      = accuracy(mask = val), accuracy(mask = test)\n}\n',
      '    eval      = accuracy(mask = val), accuracy(mask = test)\n}\nschedule {\n    partition = vertex_cut\n'
      '    delay     = 1\n    order GCNConv#1 = sparse_first(backward = sparse_first)\n}\n',
-     '34:17', 'a chosen backward order is not implemented with delayed aggregation (delay = 1)'),
+     '34:17', 'a chosen backward order is not implemented with delayed aggregation (delay = 1); drop the '
+     "backward/memoize options of the schedule's `order GCNConv#1` hint"),
     # was: "sync needs a transform result; 'tt' is not one" (every other stage says undefined name)
     ('sync-of-an-undefined-name', 'gcn.gd', 'sync      s = sum(t)', 'sync      s = sum(tt)', '13:23', "undefined name 'tt'"),
     # a misspelt stage keyword (was: "unexpected 'a', expected one of '=', call reference (Layer#k)" at 'a')

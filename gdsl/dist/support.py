@@ -56,7 +56,8 @@ def feature_region(module: Module, name=None) -> tuple[dict[Value, str], set[str
             if not any(ins) or op.result is None:
                 continue
             n = op.name
-            where = f"partition = features: op {name(op.result)} ({n}) in layer 1"
+            # (was "in layer 1", read as the program's first layer: P3's layer 1 is the ops up to the sync)
+            where = f"partition = features: op {name(op.result)} ({n}) in P3's first layer (the ops up to its sync)"
             if n == "sync":
                 if ins[0] == "cols":
                     raise GdslError(f"{where}: the sync must complete a product of the feature columns with a weight")
@@ -216,11 +217,19 @@ def _check_hinted_backward(s: str, module: Module, name, cols: set) -> None:
             continue
         what = "rows_replicated (1.5D) plans, which run autograd's own backward order" if s == "rows_replicated" \
             else "P3's model-parallel first layer (partition = features)"
-        e = GdslError(f"partition = {s} cannot run {name(g.out)} ({g.agg.attrs.get('scope', '')}): backward = "
+        scope = g.agg.attrs.get("scope", "")
+        e = GdslError(f"partition = {s} cannot run {name(g.out)} ({scope}): backward = "
                       f"{g.bwd} with memoize = {str(g.memo).lower()} is not implemented for {what}; drop the "
-                      "order hint's backward/memoize options")
+                      f"backward/memoize options of the schedule's `order {_hint_name(scope)}` hint")
         e.op = g.agg
         raise e
+
+
+def _hint_name(scope: str) -> str:
+    """A layer call's scope (`GCNConv_1`) as an order hint names it (`GCNConv#1`): the error is
+    located at the aggregation, the hint to change is in the schedule block."""
+    layer, _, k = scope.rpartition("_")
+    return f"{layer}#{k}" if layer and k.isdigit() else scope
 
 
 def check_delay(delay, module: Module, name=None) -> None:
@@ -243,6 +252,7 @@ def check_delay(delay, module: Module, name=None) -> None:
         if g.agg.attrs.get("order_grad_by") == "hint" and not g.natural:
             scope = g.agg.attrs.get("scope", "")
             e = GdslError(f"{name(g.out)} ({scope}): a chosen backward order is not implemented with delayed "
-                          f"aggregation (delay = {delay}); drop the order hint's backward/memoize options")
+                          f"aggregation (delay = {delay}); drop the backward/memoize options of the schedule's "
+                          f"`order {_hint_name(scope)}` hint")
             e.op = g.agg
             raise e
