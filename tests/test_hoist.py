@@ -197,6 +197,16 @@ def test_cli_compile_shows_what_run_executes(tmp_path):
 
 
 # ---- the executors
+def _step(m, opt) -> float:
+    """One training step of module m; its loss."""
+    m.train()
+    opt.zero_grad()
+    loss = m.loss(m())
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
 @pytest.mark.parametrize("backend", _backends())
 @pytest.mark.parametrize("src", [SGC, MEAN], ids=["sgc", "mean"])
 def test_hoisted_training_is_bit_identical(src, backend):
@@ -207,12 +217,7 @@ def test_hoisted_training_is_bit_identical(src, backend):
     for _ in range(4):
         losses = []
         for m, opt in zip((on, off), opts):
-            m.train()
-            opt.zero_grad()
-            loss = m.loss(m())
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+            losses.append(_step(m, opt))
         assert losses[0] == losses[1]
     for m in (on, off):
         m.eval()
@@ -437,15 +442,7 @@ def test_dropout_masks_do_not_depend_on_whether_the_compile_hoists(backend):
         torch.manual_seed(0)
         m = prog.module(g, backend=backend, hoist=hoist)
         opt = torch.optim.Adam(m.parameters(), lr=0.05)
-        out = []
-        for _ in range(4):
-            m.train()
-            opt.zero_grad()
-            loss = m.loss(m())
-            loss.backward()
-            opt.step()
-            out.append(loss.item())
-        losses.append(out)
+        losses.append([_step(m, opt) for _ in range(4)])
     assert losses[0] == pytest.approx(losses[1], rel=1e-5)
 
 
