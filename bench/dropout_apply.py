@@ -22,7 +22,6 @@ import argparse
 import os
 import platform
 import sys
-import time
 import warnings
 from pathlib import Path
 
@@ -35,6 +34,7 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 import gdsl  # noqa: E402
 from gdsl.backends.reference.executor import ReferenceModule  # noqa: E402
 from hoist import _epochs  # noqa: E402
+from machine import best  # noqa: E402
 
 
 def _old_dropout(self, op, x):
@@ -44,17 +44,6 @@ def _old_dropout(self, op, x):
         return x
     keep = torch.rand(x.shape, generator=torch.Generator().manual_seed(self.mask_seed(op))) >= p
     return x * keep / (1.0 - p)
-
-
-def _best(fn, reps: int = 30) -> float:
-    """The fastest of `reps` calls (one op's time swings with the allocator's state: fresh pages or not)."""
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return min(ts)
 
 
 def measure(g, old: bool) -> tuple[float, float]:
@@ -73,10 +62,10 @@ def measure(g, old: bool) -> tuple[float, float]:
         # the op as each version computes it (the module's own call shares the module's allocator history:
         # Program.module returns free heap to the system, so its next calls take fresh pages)
         if old:
-            one = _best(lambda: x * (torch.rand(x.shape, generator=torch.Generator().manual_seed(1)) >= p) / (1 - p))
+            one = best(lambda: x * (torch.rand(x.shape, generator=torch.Generator().manual_seed(1)) >= p) / (1 - p), 30)
         else:
-            one = _best(lambda: (x * torch.rand(x.shape, generator=torch.Generator().manual_seed(1)).ge_(p)).div_(
-                1 - p))
+            one = best(lambda: (x * torch.rand(x.shape, generator=torch.Generator().manual_seed(1)).ge_(p)).div_(
+                1 - p), 30)
         opt = torch.optim.Adam(m.parameters(), lr=0.01)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
