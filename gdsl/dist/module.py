@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gdsl.backends import gemm
-from gdsl.backends.reference.executor import ReferenceModule, broadcast_modes, reshape_targets, scatter_extremum
+from gdsl.backends.reference.executor import ReferenceModule, broadcast_modes, float_mask, reshape_targets, scatter_extremum
 from gdsl.backends.reference.graphdata import GraphData
 from gdsl.backends.reference.linear import plan_linear, run_linear, sparse_mm
 from gdsl.diagnostics import GdslError
@@ -569,9 +569,7 @@ class DistModule(ReferenceModule):
         """The single-process mask's entries of my rows (columns), drawn on the
         host from the same generator and moved to the rank's device; as 0/1
         floats where the reference keeps them so (ReferenceModule.dropout_keep)."""
-        floats = x.dtype == torch.float32 and x.device.type == "cpu" and not (
-            x.requires_grad and torch.is_grad_enabled())
-        return self._keep_on_host(op, x, gen, p, torch.float32 if floats else torch.bool).to(x.device)
+        return self._keep_on_host(op, x, gen, p, torch.float32 if float_mask(x) else torch.bool).to(x.device)
 
     def _keep_on_host(self, op: Op, x: torch.Tensor, gen: torch.Generator, p: float,
                       dtype: torch.dtype = torch.bool) -> torch.Tensor:

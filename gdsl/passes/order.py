@@ -82,13 +82,13 @@ class Order:
         users = f.uses()
         delay = ctx.options.get("delay", 0)
         delayed = isinstance(delay, int) and delay > 0
-        same = invariant_values(f) if ctx.options.get("hoist") and not delayed else set()
+        inv = set() if delayed else invariant_values(f)   # values the same in every step
+        same = inv if ctx.options.get("hoist") else set()
         only = lambda v, op: users.get(v, []) == [op] and v not in f.results  # noqa: E731
         # an aggregation several transforms read (canonicalize's CSE merged identical calls on one
         # input, `GCNConv[C](X) + GCNConv[C](X)`): each `@` can be reordered to A (X W_i) on its own
         shared = lambda v, op: (len(users.get(v, [])) > 1 and v not in f.results  # noqa: E731
                                 and all(u.name == "matmul" and u.operands[0] is v for u in users[v]))
-        inv = None if ctx.options.get("hoist") or delayed else invariant_values(f)
         rewrites: dict[Op, list[Op]] = {}
         drop: set[Op] = set()
         left: dict[Op, int] = {}   # a shared aggregation -> its users not reordered
@@ -111,7 +111,7 @@ class Order:
                 choice, by = "sparse_first", "invariant"
             else:
                 choice, by = self.by_width(t, users[agg.result] if is_shared else (t,))
-                if choice != "sparse_first" and inv is not None and agg.operands[0] in inv:
+                if choice != "sparse_first" and agg.operands[0] in inv:
                     # a hoisting compile orders this one sparse-first (`invariant`): its ops may sit
                     # elsewhere (compiler.mask_keys keeps the dropout masks those of that compile)
                     ctx.options["order_hoist_dependent"] = True

@@ -854,9 +854,7 @@ class ReferenceModule(nn.Module):
         autograd will not save: x * mask then converts no bool mask to
         floats; the same products bit for bit)."""
         u = torch.rand(x.shape, generator=gen)
-        if x.dtype == torch.float32 and x.device.type == "cpu" and not (x.requires_grad and torch.is_grad_enabled()):
-            return u.ge_(p)
-        return u >= p   # (a mask autograd saves for x's gradient stays 1 byte an entry)
+        return u.ge_(p) if float_mask(x) else u >= p
 
     # ---- fused ops, by their unfused meaning (the oracle for every backend)
     def aggregate(self, op: Op, vals: list):
@@ -917,6 +915,13 @@ class ReferenceModule(nn.Module):
         e = torch.exp(s - mx.index_select(0, self.dst_index))
         denom = e.new_zeros((n,) + tuple(s.shape[1:])).index_add(0, self.dst_index, e)
         return e / denom.index_select(0, self.dst_index)
+
+
+def float_mask(x: torch.Tensor) -> bool:
+    """Whether x's dropout mask is kept as 0/1 float32 rather than bools: a
+    float32 CPU tensor whose mask autograd will not save (one it saves for
+    x's gradient stays 1 byte an entry)."""
+    return x.dtype == torch.float32 and x.device.type == "cpu" and not (x.requires_grad and torch.is_grad_enabled())
 
 
 class HoistPlan:
