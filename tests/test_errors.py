@@ -370,6 +370,13 @@ CASES = [
     # (was: the generic "gather is r(m) ..." message, not the one the docs quote)
     ('edge-softmax-in-a-gather', 'gat.gd', 'scatter   alpha = edge_softmax(s)', 'gather    alpha = edge_softmax(s)',
      '15:23', 'edge_softmax is written in a scatter statement'),
+    # src / dst read an edge's endpoints (was: `apply src = ...` compiled; `src.h` after it read the endpoint)
+    ('a-local-named-src', 'gcn.gd', 'apply     out = s + b', 'apply     src = s\n    apply     out = s + b',
+     '14:5', "'src' cannot name a value: src.x and src.degree read an edge's source vertex"),
+    ('a-model-static-named-dst', 'gcn.gd', 'model GCN[hidden = 16, p = 0.5]', 'model GCN[hidden = 16, p = 0.5, dst = 1]',
+     '18:33', "'dst' cannot name a value: dst.x and dst.degree read an edge's destination vertex"),
+    ('a-mask-named-src', 'gcn.gd', 'mask train, val, test', 'mask train, val, test, src',
+     '5:24', "'src' cannot name a value"),
     ('push-pull-depth-zero', 'gat.gd', '    order     = auto\n', '    order     = auto\n    pipeline  = push_pull(depth = 0)\n',
      '40:35', "push_pull option 'depth' must be a positive integer"),
 ]

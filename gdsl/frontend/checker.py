@@ -73,6 +73,9 @@ class CheckedProgram:
     warnings: list[Diagnostic] = field(default_factory=list)   # severity "warning": compiled.warnings
 
 
+ENDPOINTS = {"src": "source", "dst": "destination"}
+
+
 def _number(e: ast.Expr) -> float | int | None:
     if isinstance(e, ast.Number):
         return e.value
@@ -122,7 +125,7 @@ class Checker:
                 elif opt in self.out.graph_options:
                     self.diags.error(sp, f"graph option '{opt}' is given twice")
                 self.out.graph_options[opt] = True
-        self.check_repeated_keywords(self.p)
+        self.check_names_and_keywords(self.p)
         for d in self.p.decls:
             match d:
                 case ast.InputDecl():
@@ -162,29 +165,41 @@ class Checker:
         self.pick_train()
         return self.out
 
-    def check_repeated_keywords(self, node) -> None:
-        """`f(k = 1, k = 2)` anywhere in the program is an error (Python's rule), never "the last wins"."""
-        if isinstance(node, list):
-            for n in node:
-                self.check_repeated_keywords(n)
-            return
-        if not isinstance(node, ast.Node):
-            return
-        if isinstance(node, (ast.Call, ast.Index)):
-            callee = node.func if isinstance(node, ast.Call) else node.base
-            seen: set[str] = set()
-            for k in node.kwargs:
-                if k.name not in seen:
-                    seen.add(k.name)
-                elif isinstance(node, ast.Index) and isinstance(callee, ast.Name):
-                    self.diags.error(k.span, f"static argument '{k.name}' of {callee.id} is given twice")
-                elif isinstance(callee, ast.Name):
-                    self.diags.error(k.span, f"{callee.id} option '{k.name}' is given twice")
-                else:
-                    self.diags.error(k.span, f"keyword argument '{k.name}' is given twice")
-        for f in fields(node):
-            if f.name != "span":
-                self.check_repeated_keywords(getattr(node, f.name))
+    def check_names_and_keywords(self, program: ast.Program) -> None:
+        """Over the whole program: `f(k = 1, k = 2)` is an error (Python's rule),
+        never "the last wins"; and no declaration, argument, param or local
+        may be named `src` or `dst`, which read an edge's endpoints (was: `apply
+        src = h * 2` compiled, and `src.h` after it still read the endpoint)."""
+        for d in program.decls:
+            binds = isinstance(d, (ast.InputDecl, ast.MaskDecl, ast.LayerDecl, ast.ModelDecl))
+            for node in _nodes(d):
+                if isinstance(node, (ast.Call, ast.Index)):
+                    self.check_repeated_keywords(node)
+                elif binds and isinstance(node, ast.MaskDecl):
+                    for name, span in node.names:
+                        self.check_not_an_endpoint(name, span)
+                elif binds and isinstance(node, (ast.StageStmt, ast.Assign)):
+                    self.check_not_an_endpoint(node.target, node.span)
+                elif binds and isinstance(node, (ast.Decl, ast.ParamStmt, ast.StaticParam, ast.LayerArg)):
+                    self.check_not_an_endpoint(node.name, node.span)
+
+    def check_not_an_endpoint(self, name: str, span: Span) -> None:
+        if name in ENDPOINTS:
+            self.diags.error(span, f"'{name}' cannot name a value: {name}.x and {name}.degree read an edge's "
+                             f"{ENDPOINTS[name]} vertex")
+
+    def check_repeated_keywords(self, node: ast.Call | ast.Index) -> None:
+        callee = node.func if isinstance(node, ast.Call) else node.base
+        seen: set[str] = set()
+        for k in node.kwargs:
+            if k.name not in seen:
+                seen.add(k.name)
+            elif isinstance(node, ast.Index) and isinstance(callee, ast.Name):
+                self.diags.error(k.span, f"static argument '{k.name}' of {callee.id} is given twice")
+            elif isinstance(callee, ast.Name):
+                self.diags.error(k.span, f"{callee.id} option '{k.name}' is given twice")
+            else:
+                self.diags.error(k.span, f"keyword argument '{k.name}' is given twice")
 
     # ---- declarations
     def check_input(self, d: ast.InputDecl) -> None:
@@ -575,14 +590,18 @@ def check(program: ast.Program, source: str, train_name: str | None = None) -> t
     return c.run(), c.diags
 
 
+def _nodes(node):
+    """Every AST node under `node` (itself first), walking dataclass fields."""
+    if isinstance(node, list):
+        for n in node:
+            yield from _nodes(n)
+    elif isinstance(node, ast.Node):
+        yield node
+        for f in fields(node):
+            if f.name != "span":
+                yield from _nodes(getattr(node, f.name))
+
+
 def _names(e) -> list[ast.Name]:
-    """The names an expression reads (any node type: walks dataclass fields)."""
-    if isinstance(e, ast.Name):
-        return [e]
-    out: list[ast.Name] = []
-    if isinstance(e, ast.Node):
-        for f in fields(e):
-            v = getattr(e, f.name)
-            for x in (v if isinstance(v, list) else [v]):
-                out += _names(x)
-    return out
+    """The names an expression reads (any node type)."""
+    return [n for n in _nodes(e) if isinstance(n, ast.Name)]
