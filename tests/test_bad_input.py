@@ -114,15 +114,15 @@ def test_a_float_dimension_says_it_is_a_float(tmp_path, capsys):
     rc, _, err = run(capsys, "compile", str(bad))
     assert rc == 1 and err.count("error:") == 1 and f"{bad}:26:21: note: hidden = 0 is given here" in err, err
     rc, _, err = run(capsys, "compile", str(gcn), "--set", "hidden=-3")
-    assert rc == 1 and f"{gcn}:18:11: note: hidden = -3 comes from the command line (--set hidden=...)" in err, err
+    assert rc == 1 and f"{gcn}:18:11: note: hidden = -3 is set outside the program (--set hidden=... or gdsl.compile(hidden=...))" in err, err
     # ... and for the other static values a model argument sets (was: a dimension's error only; helper-58)
     sage = PROGRAMS / "sage.gd"
     rc, _, err = run(capsys, "compile", str(sage), "--set", "layers=0")
     assert rc == 1 and f"{sage}:21:12: error: repeat count must be an integer >= 0, got -1" in err and \
-        f"{sage}:19:26: note: layers = 0 comes from the command line (--set layers=...)" in err, err
+        f"{sage}:19:26: note: layers = 0 is set outside the program (--set layers=... or gdsl.compile(layers=...))" in err, err
     rc, _, err = run(capsys, "compile", str(gcn), "--set", "p=1")
     assert rc == 1 and "error: dropout p must be in [0, 1), got 1" in err and \
-        "note: p = 1 comes from the command line (--set p=...)" in err, err
+        "note: p = 1 is set outside the program (--set p=... or gdsl.compile(p=...))" in err, err
     # a tensor where a static value is needed (was: "undefined name 'X'")
     bad = prog(tmp_path, "gcn.gd", ("model     = GCN[hidden = 16]", "model     = GCN[hidden = X]"), name="x.gd")
     rc, _, err = run(capsys, "compile", str(bad))
@@ -132,6 +132,15 @@ def test_a_float_dimension_says_it_is_a_float(tmp_path, capsys):
     rc, _, err = run(capsys, "compile", str(prog(tmp_path, "gcn.gd", ("GCNConv[hidden](h)", "GCNConv[hidden * 2](h)"))),
                      "--set", "hidden=16.0")
     assert rc == 1 and "must be a positive integer, got 32.0 (the value of hidden * 2, a float)" in err, err
+    # ... or a layer's default computed from the value the call gives (was: 'got 32.0 (a float; write 32)'
+    # with no note of where hidden = 16.0 was set; helper-67)
+    derived = prog(tmp_path, "gcn.gd", ("layer GCNConv[dout](h: [din]) -> [dout] {\n    param W",
+                                        "layer GCNConv[dout, mid = dout * 2](h: [din]) -> [dout] {\n"
+                                        "    param V : f32[din, mid] = glorot\n    param W"), name="d.gd")
+    rc, _, err = run(capsys, "compile", str(derived), "--set", "hidden=16.0")
+    assert rc == 1 and "static argument 'mid' is used as a dimension and must be a positive integer, got 32.0 " \
+        "(the value of its default dout * 2, a float)" in err and \
+        "19:11: note: hidden = 16.0 is set outside the program (--set hidden=... or gdsl.compile(hidden=...))" in err, err
     # a layer no model calls is checked with its defaults: reported where the dim is
     src = gcn.read_text().replace("layer GCNConv[dout]", "layer Unused[dout = 2.5](h: [din]) -> [dout] {\n"
                                   "    param W : f32[din, dout] = glorot\n    transform t = h @ W\n    return t\n}\n"

@@ -281,16 +281,23 @@ class Lowerer:
                 site = self.call_sites[-1] if self.call_sites else None
                 if site is not None and isinstance(d, ast.Name) and d.id in site[2]:
                     given = site[3].get(d.id)
-                    if hint and given is not None and not isinstance(given, (ast.Number, ast.Name)):
-                        # computed (Lin[hidden * 2] with hidden = 2.5): 'write 5' would not be the fix
-                        text = ast.format_expr(given)
-                        text = text[1:-1] if isinstance(given, ast.BinOp) else text   # format_expr's outer ( )
+                    default = None if given is not None else \
+                        next((p.default for p in self.prog.layers[site[0]].static if p.name == d.id), None)
+                    computed = given if given is not None else default
+                    if hint and computed is not None and not isinstance(computed, (ast.Number, ast.Name)):
+                        # computed (Lin[hidden * 2], or a default mid = dout * 2, with hidden = 2.5):
+                        # 'write 5' would not be the fix
+                        text = ast.format_expr(computed)
+                        text = text[1:-1] if isinstance(computed, ast.BinOp) else text   # format_expr's outer ( )
+                        text = text if given is not None else f"its default {text}"
                         problem = f"must be a positive integer, got {_fmt(v)} (the value of {text}, a float)"
                     # a static argument of the call being lowered: reported once, at the call, with where a
                     # model argument it reads was set (the train block, --set): the line to change
                     notes = [self.diags.note(d.span, f"'{d.id}' used as a dimension")]
-                    notes += [self.model_sources[n.id] for n in _names_in(given) if n.id in self.model_sources] \
-                        if given is not None and len(self.call_sites) == 1 else []
+                    if given is not None and len(self.call_sites) == 1:
+                        notes += [self.model_sources[n.id] for n in _names_in(given) if n.id in self.model_sources]
+                    elif default is not None:   # through the statics the default reads
+                        notes += self._value_sources(default)
                     self.diags.error(site[1], f"{site[0]}'s static argument '{d.id}' is used as a dimension and "
                                      f"{problem}", tuple(notes))
                     raise _Bail()
@@ -365,8 +372,9 @@ class Lowerer:
                 notes[k.name] = self.diags.note(k.span, f"{k.name} = {_fmt(statics[k.name])} is given here")
         for p in model.static:
             if p.name in self.overrides:
-                notes[p.name] = self.diags.note(p.span, f"{p.name} = {_fmt(statics[p.name])} comes from the "
-                                                        f"command line (--set {p.name}=...)")
+                # gdsl run/compile --set and gdsl.compile(name=...) both come here
+                notes[p.name] = self.diags.note(p.span, f"{p.name} = {_fmt(statics[p.name])} is set outside the "
+                                                        f"program (--set {p.name}=... or gdsl.compile({p.name}=...))")
         return notes
 
     def input_value(self, sc: _Scope, d: ast.InputDecl) -> Value:
