@@ -8,6 +8,8 @@ replication factor on Cora against random edge assignment.
 """
 from __future__ import annotations
 
+import re
+
 import itertools
 import sys
 
@@ -314,12 +316,12 @@ def test_replication_factor_definition():
 @settings(max_examples=200, deadline=None)
 @given(n=st.integers(0, 300), P=st.integers(1, 64), c=st.integers(1, 8))
 def test_rows_replicated(n, P, c):
-    if P % c:
-        with pytest.raises(GdslError, match=f"c={c} does not divide P={P}"):
-            gp.rows_replicated(n, P, c)
-        return
     if P % (c * c):
-        with pytest.raises(GdslError, match=f"c\\*c={c * c} does not divide P={P}"):
+        # c | P follows from c*c | P; the message lists the c that P allows
+        fits = ", ".join(str(k) for k in range(1, P + 1) if P % (k * k) == 0)
+        with pytest.raises(GdslError, match=re.escape(f"rows_replicated({c}): 1.5D needs c*c = {c * c} to divide "
+                                                      f"the number of ranks P = {P}") + r".*" +
+                           re.escape(f"with {P} ranks c can be {fits}; c = {c} needs a multiple of {c * c} ranks")):
             gp.rows_replicated(n, P, c)
         return
     team, col_blocks = gp.rows_replicated(n, P, c)

@@ -143,9 +143,9 @@ def test_plan_says_what_the_schedule_hint_makes_run_execute(tmp_path):
     code, out, err = run_gdsl(["plan", str(prog), "--data", "cora", "--np", "4", "--json", str(tmp_path / "r.json")])
     # and `gdsl run --np 4` refuses it at partitioning: said so (was: "run keeps the choice above"; helper-61)
     assert code == 0 and ("schedule: partition = rows_replicated(3): not a plan for P=4: `gdsl run --np 4` refuses "
-                          "it (1.5D partitioning: c=3 does not divide P=4") in out, out
+                          "it (rows_replicated(3): 1.5D needs c*c = 9 to divide the number of ranks P = 4") in out, out
     hint = json.loads((tmp_path / "r.json").read_text())["schedule_hint"]
-    assert hint["executes"] is None and hint["run_refuses"].startswith("1.5D partitioning: c=3"), hint
+    assert hint["executes"] is None and hint["run_refuses"].startswith("rows_replicated(3): 1.5D needs"), hint
     prog.write_text(base + "\nschedule {\n    partition = grid2d\n}\n")   # modelled only: run falls back
     code, out, err = run_gdsl(["plan", str(prog), "--data", "cora", "--np", "4"])
     assert code == 0 and "not a plan the cost model prices for P=4, so `gdsl run --np 4`" in out, out

@@ -513,19 +513,20 @@ def rows_replicated(num_nodes: int, P: int, c: int) -> tuple[np.ndarray, np.ndar
       appears exactly once. The partial sums are then all-reduced across the
       process row ``P(i, :)``.
 
-    Needs c to divide P (the grid) and c*c to divide P (whole stages, as in
-    Algorithm 2; CAGNET's code gives the last column extra stages otherwise,
-    which we do not). Raises `GdslError` saying which condition fails.
+    Needs c*c to divide P (so c divides P, the grid, and the stages are
+    whole, as in Algorithm 2; CAGNET's code gives the last column extra
+    stages otherwise, which we do not). Raises `GdslError` otherwise, with
+    the c that P allows.
     """
     n, P = _check_nodes(num_nodes), _check_parts(P)
     if isinstance(c, bool) or not isinstance(c, (int, np.integer)) or c < 1:
         raise GdslError(f"the 1.5D replication factor c must be an integer >= 1, got {c!r}")
     c = int(c)
-    if P % c:
-        raise GdslError(f"1.5D partitioning: c={c} does not divide P={P}; the process grid is (P/c) x c")
-    if P % (c * c):
-        raise GdslError(f"1.5D partitioning: c*c={c * c} does not divide P={P}; each process column "
-                        f"needs a whole number P/c^2 of broadcast stages (CAGNET §IV-B)")
+    if P % (c * c):   # c | P follows. Said in terms of the ranks (was: "1.5D partitioning: c*c=4 does not divide P=2")
+        fits = ", ".join(str(k) for k in range(1, P + 1) if P % (k * k) == 0)
+        raise GdslError(f"rows_replicated({c}): 1.5D needs c*c = {c * c} to divide the number of ranks P = {P} "
+                        f"(a (P/c) x c grid with whole broadcast stages, CAGNET §IV-B): with {P} ranks c can be "
+                        f"{fits}; c = {c} needs a multiple of {c * c} ranks")
     rows, stages = P // c, P // (c * c)
     team = rows_block(n, rows)
     col_blocks = np.arange(c * stages, dtype=np.int64).reshape(c, stages)
