@@ -59,6 +59,14 @@ schedule { order Att#1 = dense_first }
     ok = src.replace("dense_first", "sparse_first")
     (tmp_path / "ok.gd").write_text(ok)
     assert run_gdsl(["compile", str(tmp_path / "ok.gd")])[0] == 0
+    # two aggregations before a '@': the message names the one that is not linear (helper-67)
+    two = src.replace("    gather  g = sum(m)\n    transform t = g @ W\n",
+                      "    scatter e = src.h\n    gather  g = sum(e)\n    gather  hi = max(e)\n"
+                      "    transform t = g @ W + hi @ W\n")
+    assert two != src
+    err = _compile_err(tmp_path, two)
+    assert "error: order dense_first cannot hold for Att#1: its aggregation 'hi' (one of 2 before a '@ param') " \
+           "is not linear: it reduces with max" in err, err
 
 
 def test_linear_hints_compile_and_are_recorded():

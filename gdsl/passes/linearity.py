@@ -88,5 +88,8 @@ def order_feasible(f: Func, order: str) -> tuple[bool, str]:
         return True, ""
     bad = [a for a in aggs if not a.linear]
     if bad:
-        return False, f"its aggregation is not linear: {bad[0].reason}"
+        # which one, when several feed a '@' (was: "its aggregation" for either; helper-67)
+        which = f" '{bad[0].gather.result.hint}' (one of {len(aggs)} before a '@ param')" \
+            if len(aggs) > 1 and bad[0].gather.result.hint else ""
+        return False, f"its aggregation{which} is not linear: {bad[0].reason}"
     return True, ""
