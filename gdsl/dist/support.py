@@ -19,6 +19,49 @@ def _namer(module: Module) -> _Namer:
     return namer
 
 
+def _what(op: Op, name) -> str:
+    """An op as a message names it: `op %a (gather)`; an endpoint read as
+    written, `the read src.h` (was: `op %1 (src)`, an IR temporary)."""
+    if op.result is None:
+        return f"op {op.name}"
+    if op.name in ("src", "dst") and op.operands and op.operands[0].hint:
+        return f"the read {op.name}.{op.operands[0].hint}"
+    if op.name == "sddmm":   # fuse.py's edge op on both endpoints (dot(src.a, dst.b), src.a * dst.b, ...)
+        return f"op {name(op.result)} (sddmm: {op.attrs.get('op')} of src and dst values per edge)"
+    return f"op {name(op.result)} ({op.name})"
+
+
+def _learned(v: Value) -> bool:
+    """Whether `v` is a param or computed from one."""
+    seen, todo = set(), [v]
+    while todo:
+        x = todo.pop()
+        if x in seen or x.owner is None:
+            continue
+        seen.add(x)
+        if x.owner.name == "param":
+            return True
+        todo.extend(x.owner.operands)
+    return False
+
+
+def _check_factor(other: Value, where: str, name) -> None:
+    """A factor of the features before layer 1's `@` under P3's feature split:
+    a number, graph constant or input is the same on every rank's columns; a
+    learned one would get one partial gradient per rank's columns, and one
+    computed from the graph exists on this rank's rows only."""
+    if other.type.domain == "param" or _learned(other):
+        # (was, for an edge factor sigmoid(w @ A): "computed from the graph (sigmoid)"; helper-67)
+        raise GdslError(f"{where}: a product with a learned factor ({name(other)}, a param or computed "
+                        "from one) before layer 1's '@' cannot take a column slice; use rows")
+    if other.type.domain in ("vertex", "edge") and other.owner is not None and \
+            other.owner.name not in ("vertex_const", "edge_const", "degree", "input"):
+        # the factor is computed on this rank's rows only (was: an internal shape error)
+        raise GdslError(f"{where}: its factor {name(other)} is computed from the graph "
+                        f"({other.owner.name}), but the feature split has only graph constants and inputs "
+                        "on every vertex; use rows")
+
+
 def feature_input(module: Module) -> str | None:
     """The program's feature input: its first f32 vertex input (what the ranks split)."""
     return next((op.attrs["name"] for op in module.main.ops if op.name == "input"
@@ -122,17 +165,9 @@ def feature_region(module: Module, name=None) -> tuple[dict[Value, str], set[str
                     op.operands[1 if ins[0] else 0].type.domain in (None, "scalar", "param", "edge", "vertex") and
                     (n == "mul" or ins[0])):
                 other = op.operands[1 if ins[0] else 0]
-                if other.type.domain == "param":   # (its gradient would be one partial sum per rank's columns)
-                    raise GdslError(f"{where}: a product with a learned factor ({name(other)}, a param or computed "
-                                    "from one) before layer 1's '@' cannot take a column slice; use rows")
-                if other.type.shape and other.type.domain != "edge":
+                if other.type.shape and other.type.domain not in ("edge", "param") and not _learned(other):
                     raise GdslError(f"{where}: a product with a per-feature factor cannot take a column slice")
-                if other.type.domain in ("vertex", "edge") and other.owner is not None and \
-                        other.owner.name not in ("vertex_const", "edge_const", "degree", "input"):
-                    # the factor is computed on this rank's rows only (was: an internal shape error)
-                    raise GdslError(f"{where}: its factor {name(other)} is computed from the graph "
-                                    f"({other.owner.name}), but the feature split has only graph constants and inputs "
-                                    "on every vertex; use rows")
+                _check_factor(other, where, name)
                 kind[op.result] = k
                 continue
             if n in ("src", "dst"):
@@ -149,6 +184,10 @@ def feature_region(module: Module, name=None) -> tuple[dict[Value, str], set[str
                     raise GdslError(f"{where}: {op.attrs['reduce']} of a partial sum is not linear")
                 if n == "aggregate" and len(op.operands) > 1 and ins[1] is not None:
                     raise GdslError(f"{where}: the edge factor may not depend on the features")
+                if n == "aggregate" and len(op.operands) > 1:
+                    # fuse.py's src.x * g: the same rule as the unfused product (was: an internal
+                    # shape error on the ranks for g = sigmoid(dst.degree * s))
+                    _check_factor(op.operands[1], where, name)
                 kind[op.result] = k
                 continue
             raise GdslError(f"{where} is not column-separable (it mixes feature columns); P3's feature split "
@@ -193,7 +232,7 @@ def check_supported(s: str, module: Module, name=None) -> None:
     name = name or _namer(module)
     for op in module.main.ops:
         try:
-            _check_supported_op(s, op, f"op {name(op.result) if op.result is not None else op.name} ({op.name})")
+            _check_supported_op(s, op, _what(op, name))
         except GdslError as e:
             e.op = op   # where the program wrote it (the compiler's note)
             raise
