@@ -123,6 +123,7 @@ class DistModule(ReferenceModule):
         self.local_params: set[str] = set()   # model-parallel params (P3 layer 1): not all-reduced
         self.cols_region: set[Value] = set()
         self._delay_state: dict = {}
+        self._invariant_kept: dict = {}   # approximate vertex cut: invariant aggregations, completed once
         self._delay_restore: dict = {}   # op position -> DelayPipe state from a checkpoint
         self.epoch = 0
         P = comm.size
@@ -497,6 +498,15 @@ class DistModule(ReferenceModule):
             # cd-0; and every evaluation pass: the accuracy of the trained
             # weights is measured with complete aggregates
             return self._tree.exact(partial, label, reduce, ties)
+        if op is not None and op.attrs.get("invariant"):
+            # the same in every step (mark-invariant: no param, no dropout), such as a weighted
+            # in-degree `sum(w)`: a graph constant, completed once, exactly, and kept. Delayed (cd-r)
+            # or left partial (0c), a vertex with no local in-edge got 0 there, and rsqrt(0) a NaN
+            # loss at epoch 1 (helper-68); computing it again each epoch would give the same values.
+            kept = self._invariant_kept.get(op)
+            if kept is None:
+                kept = self._invariant_kept[op] = self._tree.exact(partial, label, reduce, ties).detach()
+            return kept
         if delay == "none":
             # 0c: remote partial aggregates ignored; a sum over the local in-edges
             # stands for the sum over all of them (`_make_partial_scale`)
