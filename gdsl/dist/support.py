@@ -24,8 +24,9 @@ def _what(op: Op, name) -> str:
     written, `the read src.h` (was: `op %1 (src)`, an IR temporary)."""
     if op.result is None:
         return f"op {op.name}"
-    if op.name in ("src", "dst") and op.operands and op.operands[0].hint:
-        return f"the read {op.name}.{op.operands[0].hint}"
+    if op.name in ("src", "dst") and op.operands:
+        x = op.operands[0]
+        return f"the read {op.name}.{x.hint}" if x.hint else f"op {name(op.result)} (a read {op.name}.x)"
     if op.name == "sddmm":   # fuse.py's edge op on both endpoints (dot(src.a, dst.b), src.a * dst.b, ...)
         return f"op {name(op.result)} (sddmm: {op.attrs.get('op')} of src and dst values per edge)"
     return f"op {name(op.result)} ({op.name})"
