@@ -286,7 +286,12 @@ CASES = [
     # ---- found by fuzzing (session 7): values that must be finite / in range, arguments given twice,
     # follow-on errors, schedule hints that cannot hold
     ('repeat-count-inf', 'sage.gd', 'repeat layers - 1', 'repeat 1e400',
-     '21:12', 'repeat count must be an integer >= 0, got inf'),
+     '21:12', 'repeat count must be an integer >= 0, got 1e400'),   # as written (was: 'got inf')
+    # a whole float says what to write; an underflowing literal is shown as written (was: 'got 0.0')
+    ('repeat-count-whole-float', 'sage.gd', 'repeat layers - 1', 'repeat 2.0',
+     '21:12', 'repeat count must be an integer >= 0, got 2.0 (a float; write 2)'),
+    ('repeat-count-underflow', 'sage.gd', 'repeat layers - 1', 'repeat 1e-400',
+     '21:12', 'repeat count must be an integer >= 0, got 1e-400'),
     ('nested-repeats-over-the-cap', 'sage.gd', 'repeat layers - 1 {\n        h = dropout(relu(SAGEConv[hidden](h)), p)\n    }', 'repeat 1000 { repeat 1000 {\n        h = dropout(relu(SAGEConv[hidden](h)), p)\n    }}',
      '21:26', 'the repeats unroll more than 1000 iterations in all'),
     ('adam-beta-out-of-range', 'gcn.gd', 'adam(lr = 0.01, weight_decay = 5e-4)', 'adam(lr = 0.01, beta1 = 2)',
@@ -398,6 +403,11 @@ def test_error(tmp_path, capsys, monkeypatch, base, old, new, where, message):
     # the source line and a caret follow the header
     line = int(e["line"])
     assert re.search(rf"^ *{line} \| .*\n *\| *\^", err, re.M), err
+
+
+def test_an_underflowing_repeat_count_is_not_told_to_write_0(tmp_path, capsys):
+    err, errors = compile_errors(tmp_path, capsys, edit("sage.gd", "repeat layers - 1", "repeat 1e-400"))
+    assert errors[0]["msg"].endswith("got 1e-400"), err
 
 
 def test_case_ids_are_unique_and_many():

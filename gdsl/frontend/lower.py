@@ -244,8 +244,13 @@ class Lowerer:
         want = "an integer" if lo is None else f"an integer >= {lo}"
         if not v.is_number:
             self.error(e.span, f"{what} must be {want}, got {_fmt(v)}", needs_data=True)
-        if not v.is_finite or v != int(v) or (lo is not None and int(v) < lo):
-            self.error(e.span, f"{what} must be {want}, got {_fmt(v)}", about=e)
+        if not v.is_finite or v != int(v) or (lo is not None and int(v) < lo) or not v.is_Integer:
+            got = e.text if isinstance(e, ast.Number) else _fmt(v)   # 1e-400 as written, not its 0.0
+            # 0.0 from a literal such as 1e-400 (or a name bound to one) is an underflow, not a whole float
+            zero_text = isinstance(e, ast.Number) and not any(c in "123456789" for c in e.text.split("e")[0])
+            whole = v.is_finite and float(v).is_integer() and (lo is None or v >= lo) and (float(v) != 0 or zero_text)
+            hint = f" (a float; write {int(v)})" if whole else ""   # repeat 2.0 (was: 'got 2.0', no hint)
+            self.error(e.span, f"{what} must be {want}, got {got}{hint}", about=e)
         return int(v)
 
     def static_float(self, e: ast.Expr, env, what: str) -> float:
