@@ -89,6 +89,25 @@ def test_a_diverged_run_is_reported_once(tmp_path, P):
     assert errors(r) == ["gdsl: error: epoch 2: the loss is nan; training diverged (try a smaller lr)"]
 
 
+@pytest.mark.mpi
+@pytest.mark.skipif(not _has_mpi(), reason="needs mpi4py and mpiexec")
+def test_a_nonfinite_gradient_stops_every_rank_before_its_step(tmp_path):
+    """A finite loss whose gradient is NaN (rsqrt(0) outside the loss's mask, helper-70): the ranks agree
+    through the loss's all-reduce and stop before the step, saving nothing (was: NaN params saved, exit 0)."""
+    import numpy as np
+    from test_trainer_summary import ZERO_IN, zero_in_degree_graph
+    g = zero_in_degree_graph()
+    np.savez(tmp_path / "z.npz", src=g.src.numpy(), dst=g.dst.numpy(), features=g.features.numpy(),
+             labels=g.labels.numpy(), **{f"{k}_mask": v.numpy() for k, v in g.masks.items()})
+    (tmp_path / "z.gd").write_text(ZERO_IN)
+    r = gdsl("run", str(tmp_path / "z.gd"), "--data", str(tmp_path / "z.npz"), "--np", "2", "--partition", "rows",
+             "--save", str(tmp_path / "m.pt"))
+    assert r.returncode == 1 and not (tmp_path / "m.pt").exists(), r.stderr
+    (line,) = errors(r)
+    assert line.startswith("gdsl: error: epoch 1: the gradient of GCNConv_1.W is nan though the loss is finite "
+                           "(0.8940)"), line
+
+
 def test_a_named_plan_the_ranks_cannot_run_is_refused_before_partitioning(tmp_path):
     """The ranks' own check, made by the launcher (and by `gdsl partition`):
     nothing is partitioned or started, and the op's place is named."""

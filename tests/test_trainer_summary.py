@@ -78,3 +78,49 @@ def test_nonfinite_loss_stops_training():
     with pytest.raises(Diverged, match=r"epoch 1: the loss is inf before any optimizer step") as e:
         gdsl.train(gdsl.compile(src), g, backend="reference", epochs=2)
     assert e.value.result.epochs == [] and e.value.result.steps == 0
+
+
+ZERO_IN = """graph G
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train, val, test
+layer GCNConv[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    scatter   m = src.h * rsqrt(src.degree * dst.degree)
+    gather    a = sum(m)
+    transform t = a @ W
+    return t
+}
+model GCN { return GCNConv[C](X) }
+train t {
+    model = GCN
+    loss = cross_entropy(Y, mask = train)
+    optimizer = adam(lr = 0.000001)
+    epochs = 5
+    eval = accuracy(mask = val)
+}
+"""
+
+
+def zero_in_degree_graph():
+    """Vertex 0 has no in-edge, so the edge 0 -> 1 weighs rsqrt(0) = inf and vertex 1's aggregate is inf;
+    vertex 1 is outside the loss's mask: the loss is finite, W's gradient is inf * 0 = nan (helper-70)."""
+    src, dst = torch.tensor([0, 1, 2, 2, 3, 3, 4]), torch.tensor([1, 2, 1, 3, 2, 4, 3])
+    x = torch.from_numpy(__import__("numpy").random.default_rng(0).standard_normal((5, 3)).astype("float32"))
+    m = lambda *i: torch.tensor([k in i for k in range(5)])   # noqa: E731
+    return gdsl.Graph.from_edges(src, dst, 5, features=x, labels=torch.tensor([0, 1, 0, 1, 0]),
+                                 train_mask=m(2, 3, 4), val_mask=m(1), test_mask=m(0))
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_a_nonfinite_gradient_under_a_finite_loss_stops_before_its_step(backend):
+    """(was: the step made W NaN; the run printed accuracies of NaN logits, saved them and exited 0, and a
+    longer run said "the loss is nan; training diverged (try a smaller lr)" at epoch 2)"""
+    if backend == "numba":
+        pytest.importorskip("numba")
+    from gdsl.runtime.trainer import Diverged
+    with pytest.raises(Diverged, match=r"^epoch 1: the gradient of GCNConv_1\.W is nan though the loss is finite "
+                                       r"\(0\.8940\): the forward pass makes an inf or nan") as e:
+        gdsl.train(gdsl.compile(ZERO_IN), zero_in_degree_graph(), backend=backend, epochs=3)
+    assert e.value.result.epochs == [] and e.value.result.steps == 0
+    assert torch.isfinite(e.value.result.model.GCNConv_1.W).all()   # the step was not taken

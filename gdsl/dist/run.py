@@ -332,6 +332,8 @@ def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, histo
     from gdsl.runtime.trainer import (
         accuracy_masks,
         make_optimizer,
+        nonfinite_grad,
+        nonfinite_grads,
         nonfinite_loss,
         optimizer_step,
         reports_accuracy,
@@ -359,13 +361,16 @@ def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, histo
         loss = model.loss(out)
         loss.backward()
         model.sync_grads()
+        # the global loss and which gradients are non-finite on some rank (P3's model-parallel
+        # weights are local): every rank stops here alike, before the step, as one process does
+        loss_value, *flags = comm.allreduce_scalars([float(loss.detach())] + nonfinite_grads(model))
+        if not math.isfinite(loss_value):
+            raise AllRanksError(nonfinite_loss(epoch, loss_value))
+        if (why := nonfinite_grad(model, flags, epoch, loss_value)) is not None:
+            raise AllRanksError(why)
         optimizer_step(opt, epoch, AllRanksError)   # the same lr and overflow on every rank
         t_train = time.perf_counter() - t0
         train_traffic = comm.stats.take()
-        loss_value = comm.allreduce_scalars([float(loss.detach())])[0]
-        if not math.isfinite(loss_value):
-            # the global loss: every rank stops here alike
-            raise AllRanksError(nonfinite_loss(epoch, loss_value))
         model.eval()
         with torch.no_grad(), _alike():
             out = model()

@@ -70,6 +70,38 @@ def nonfinite_loss(epoch: int, loss_value: float) -> str:
     return f"epoch {epoch}: the loss is {loss_value}; training diverged (try a smaller lr)"
 
 
+def nonfinite_grads(model) -> list[float]:
+    """Flags for `nonfinite_grad`, in named_parameters' order: 1.0 for each
+    parameter whose gradient holds an inf or NaN, then 1.0 for each whose
+    holds a NaN. Sums over ranks keep their meaning (> 0: some rank's does)."""
+    bad, nan = [], []
+    for _, p in model.named_parameters():
+        g = p.grad
+        finite = g is None or bool(torch.isfinite(g).all())
+        bad.append(0.0 if finite else 1.0)
+        nan.append(0.0 if finite or not bool(torch.isnan(g).any()) else 1.0)
+    return bad + nan
+
+
+def nonfinite_grad(model, flags: list[float], epoch: int, loss_value: float) -> str | None:
+    """The message for a finite loss whose gradient is not (was: the step
+    made the params NaN, the run printed accuracies of NaN logits, saved
+    them and exited 0; a later epoch said "try a smaller lr"). The usual
+    cause is a non-finite forward value the loss does not read (rsqrt(0) or
+    1/0 at a vertex with no in-edge, outside the loss's mask): the backward
+    multiplies it by a zero gradient, inf * 0 = nan."""
+    names = [n for n, _ in model.named_parameters()]
+    bad = [i for i in range(len(names)) if flags[i] > 0]
+    if not bad:
+        return None
+    what = "nan" if flags[len(names) + bad[0]] > 0 else "inf"
+    more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+    return (f"epoch {epoch}: the gradient of {names[bad[0]]}{more} is {what} though the loss is finite "
+            f"({loss_value:.4f}): the forward pass makes an inf or nan the loss does not read (rsqrt(0) or 1/0 at "
+            "a vertex with no in-edge outside the loss's mask, ...) and the backward pass turns it into nan "
+            "(inf * 0); the step is not taken, the params are the previous epoch's")
+
+
 def make_optimizer(name: str, args: dict[str, float], params) -> torch.optim.Optimizer:
     # the numbers as floats (was: an integer beyond int64, `momentum = 99999999999999999999`, reached
     # torch as an int: "int too big to convert" at the second step, exit 3)
@@ -226,6 +258,8 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
             if not math.isfinite(loss_value):
                 raise _Nonfinite(nonfinite_loss(epoch, loss_value))
             loss.backward()
+            if (why := nonfinite_grad(model, nonfinite_grads(model), epoch, loss_value)) is not None:
+                raise _Nonfinite(why)
             optimizer_step(opt, epoch, error=_Nonfinite)
             result.steps += 1
             model.eval()
