@@ -113,6 +113,8 @@ def _parser() -> argparse.ArgumentParser:
     pa.add_argument("--np", type=int, dest="np_", metavar="P", required=True, help="number of ranks")
     pa.add_argument("--out", metavar="DIR", required=True, help="directory for part-<rank>.npz files")
     pa.add_argument("--seed", type=_seed, default=0, help="seed for random partitions (default 0)")
+    pa.add_argument("--split", type=int, default=0, help="which split of a multi-split dataset (default 0): "
+                    "the masks the part files carry")
     _dist_args(pa)
 
     pl = sub.add_parser("plan", help="predict and choose a distributed plan with the cost model")
@@ -647,7 +649,7 @@ def cmd_partition(args, parser) -> int:
     if not args.out.strip():
         parser.error("--out: empty (give a directory)")   # was: the files went to the working directory
     prog = gdsl.compile(args.program, train=args.train, **_overrides(args.set, parser))
-    graph = load_graph(resolve_data(args.data))
+    graph = load_graph(resolve_data(args.data), split=args.split)   # (was: always split 0; helper-70)
     return run_partition(args, prog, graph)
 
 

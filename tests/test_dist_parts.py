@@ -3,6 +3,8 @@ exactly once (1.5D: once per process row's share), the parts reassemble the
 graph, the peer tables line up, and files round-trip or are refused."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -161,3 +163,50 @@ def test_a_ranks_dropout_mask_drawn_in_blocks_is_the_single_process_mask(n, rest
         got = keep_mask_rows(n, rest, torch.Generator().manual_seed(seed), 0.4, cols=(lo, hi), chunk=chunk,
                              dtype=dtype)
         assert torch.equal(got, whole[..., lo:hi].to(dtype))
+
+
+def test_parts_of_a_changed_file_or_another_split_are_refused(tmp_path, capsys):
+    """The files' graph hash covers every feature row, the labels and the masks (was: the edges, the feature
+    shape and the first 64 rows, so changed later rows, labels or masks, or `--split 1` against split 0's
+    files, ran on the stale copies without a word; `gdsl partition` had no --split; helper-70). Refused by
+    the launcher, before mpiexec."""
+    from gdsl.cli import main
+    rng = np.random.default_rng(7)
+    n = 100
+    base = dict(src=rng.integers(0, n, 400), dst=rng.integers(0, n, 400),
+                features=rng.standard_normal((n, 8)).astype(np.float32), labels=rng.integers(0, 3, n),
+                train_masks=rng.random((2, n)) < 0.5, val_masks=rng.random((2, n)) < 0.3,
+                test_masks=rng.random((2, n)) < 0.3)
+    data = tmp_path / "g.npz"
+    gcn = str(Path(__file__).resolve().parent.parent / "programs" / "gcn.gd")
+
+    def run_on(parts, *extra):
+        capsys.readouterr()
+        rc = main(["run", gcn, "--data", str(data), "--np", "2", "--parts", str(parts), "--epochs", "1", *extra])
+        return rc, capsys.readouterr().err
+
+    np.savez(data, **base)
+    for split in (0, 1):
+        assert main(["partition", gcn, "--data", str(data), "--np", "2", "--partition", "rows(hash)",
+                     "--split", str(split), "--out", str(tmp_path / f"p{split}")]) == 0
+    rc, err = run_on(tmp_path / "p0", "--split", "1")
+    assert rc == 1 and "p0: partitioned for other labels or masks (another --split, or the data file's labels " \
+                       "or masks changed since); partition again" in err, err
+    for change in ("features", "labels"):
+        z = {k: v.copy() for k, v in base.items()}
+        if change == "features":
+            z["features"][64:] = 0   # beyond the 64 rows the hash read
+        else:
+            z["labels"] = (z["labels"] + 1) % 3
+        np.savez(data, **z)
+        rc, err = run_on(tmp_path / "p0")
+        want = "another graph (not" if change == "features" else "other labels or masks"
+        assert rc == 1 and f"partitioned for {want}" in err, (change, err)
+    # split 1's files fit a --split 1 run: the check passes (no launch here)
+    from gdsl.dist.cli_run import _check_existing
+    from gdsl.graph.io import load_graph
+    np.savez(data, **base)
+    import gdsl
+    _check_existing(tmp_path / "p1", 2, gdsl.compile(gcn), load_graph(str(data), split=1), None)
+    with pytest.raises(GdslError, match="other labels or masks"):
+        _check_existing(tmp_path / "p1", 2, gdsl.compile(gcn), load_graph(str(data), split=0), None)

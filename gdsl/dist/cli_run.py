@@ -158,7 +158,7 @@ def _check_existing(parts: Path, P: int, prog, graph, partition: str | None, del
     """The header of rank 0's file of a partition already in --parts, checked
     for this run: rank count, program, graph and (when given) --partition,
     --delay and --halo."""
-    from gdsl.dist.run import graph_key, program_key
+    from gdsl.dist.run import graph_key, other_graph, program_key
     p0 = part_path(parts, 0)
     if not p0.exists():
         raise GdslError(f"{p0}: missing partition file for rank 0 (write them with `gdsl partition ... --out {parts}`)")
@@ -167,8 +167,10 @@ def _check_existing(parts: Path, P: int, prog, graph, partition: str | None, del
         raise GdslError(f"{parts}: partitioned for {h.get('size')} ranks, but --np is {P}")
     if h.get("program") != program_key(prog.source, prog.overrides, prog.train_name):
         raise GdslError(f"{parts}: partitioned for another program (or other --set values); partition again")
-    if h.get("graph") != graph_key(graph):
-        raise GdslError(f"{parts}: partitioned for another graph (not {graph.source or graph.name}); partition again")
+    if h.get("graph") != (key := graph_key(graph)):
+        if (what := other_graph(h.get("graph"), key)) == "another graph":
+            what = f"another graph (not {graph.source or graph.name})"
+        raise GdslError(f"{parts}: partitioned for {what}; partition again")
     stored, sj = str(h.get("strategy", "")), h.get("spec") or {}
     refuse_modelled_only(partition)   # was: "unknown partition 'grid2d'" with --parts
     if partition not in (None, "auto"):

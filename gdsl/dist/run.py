@@ -43,13 +43,33 @@ def _is_part_file(path: Path) -> bool:
 
 
 def graph_key(graph) -> str:
-    h = hashlib.sha256()
-    for t in (graph.src, graph.dst):
-        h.update(t.numpy().tobytes())
-    if graph.features is not None:
-        h.update(str(tuple(graph.features.shape)).encode())
-        h.update(graph.features[: min(64, graph.num_nodes)].numpy().tobytes())
-    return h.hexdigest()[:16]
+    """What a partition (and a checkpoint) was written for: "G-T", G a hash of
+    the edges, N, the features and the edge and vertex data, T of the labels
+    and the masks (a --split's). Every byte of them (was: the edges, the
+    features' shape and first 64 rows only, so a file whose later features,
+    labels or masks had changed, or another --split, ran on the partition's
+    stale copies without a word; helper-70)."""
+    def digest(tensors) -> str:
+        h = hashlib.sha256()
+        for name, t in tensors:
+            h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+            h.update(t.detach().cpu().contiguous().numpy().tobytes())
+        return h.hexdigest()[:16]
+    n = torch.tensor([graph.num_nodes])
+    data = [("src", graph.src), ("dst", graph.dst), ("N", n)]
+    data += [("features", graph.features)] if graph.features is not None else []
+    data += [(f"edge {k}", v) for k, v in sorted(graph.edata.items())]
+    data += [(f"vertex {k}", v) for k, v in sorted(graph.ndata.items())]
+    targets = [("labels", graph.labels)] if graph.labels is not None else []
+    targets += [(f"mask {k}", v) for k, v in sorted(graph.masks.items())]
+    return f"{digest(data)}-{digest(targets)}"
+
+
+def other_graph(was: str | None, now: str) -> str:
+    """What differs between two graph_key values, for a refusal."""
+    if was and "-" in was and was.split("-")[0] == now.split("-")[0]:
+        return "other labels or masks (another --split, or the data file's labels or masks changed since)"
+    return "another graph"
 
 
 def write_partition(prog, graph, spec, P: int, out: str | Path) -> dict:
@@ -179,7 +199,8 @@ def check_checkpoint(info: dict, directory: Path, size: int, identity: dict | No
         why = (f"it was written with {_sets(was.get('overrides') or {})}, this run has {_sets(now['overrides'])} "
                "(the static args decide the parameters' shapes)")
     elif was.get("graph") != now["graph"]:
-        why = "it was written for another graph (--data)"
+        what = other_graph(was.get("graph"), now["graph"] or "")
+        why = f"it was written for {what}" + (" (--data)" if what == "another graph" else "")
     elif _layout(was.get("plan")) != _layout(now["plan"]):
         why = f"it was written by plan {was.get('plan')}, this run's plan is {now['plan']} (give the same --partition/--delay)"
     if why:
