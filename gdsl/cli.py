@@ -565,6 +565,9 @@ def cmd_run(args, parser) -> int:
         raise GdslError(f"{args.program}: the program has no train block; `gdsl run` needs one")
     data = resolve_data(args.data)
     graph = load_graph(data, split=args.split)
+    from gdsl.runtime.binding import unread_edge_data
+    if (unread := unread_edge_data(prog.checked, graph)) is not None and not under_launcher():
+        print(f"gdsl: warning: {unread}", file=sys.stderr)
     if args.checkpoint_every is not None and args.checkpoint is None:
         parser.error("--checkpoint-every needs --checkpoint DIR")
     if args.np_ is not None or under_launcher():

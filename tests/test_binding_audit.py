@@ -70,7 +70,8 @@ def test_a_second_vertex_input_binds_from_its_own_data():
     dims = bind_dims(_checked(TWO_INPUTS), g)
     assert dims["F"] == 3 and dims["K"] == 5 and dims["C"] == 3 and dims["N"] == 4
     del g.ndata["P"]
-    with pytest.raises(GdslError, match="no vertex data 'P' for the program's input 'P'"):
+    with pytest.raises(GdslError, match=r"no vertex data 'P' for the program's input 'P' \(have: none\); .*"
+                                        r"graph.ndata\['P'\], which an .npz file does not carry"):
         bind_dims(_checked(TWO_INPUTS), g)
 
 

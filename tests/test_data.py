@@ -745,6 +745,21 @@ def test_edge_input_without_edge_data(tmp_path, edge_program, capsys):
     assert "Traceback" not in err
 
 
+def test_edge_data_the_program_does_not_read_is_named(tmp_path, edge_program, capsys):
+    """(was: gcn.gd on a file with `edge_weight` trained unweighted without a word; helper-70)"""
+    d = tiny()
+    d["edge_weight"] = np.ones(10, np.float32)
+    data = write(tmp_path / "w.npz", d)
+    assert main(["run", GCN, "--data", str(data), "--epochs", "1"]) == 0
+    err = capsys.readouterr().err
+    assert f"gdsl: warning: {data}: edge data 'edge_weight' is not read: the program declares no edge input of " \
+           "that name (input weight : edge f32 reads it)" in err, err
+    # a program that lacks its own edge data: the error alone, naming the array it wants
+    assert main(["run", str(edge_program), "--data", str(data), "--epochs", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "warning" not in err and "(have: weight; an .npz file gives it as the array 'edge_w')" in err, err
+
+
 def test_edge_input_with_edge_data_runs(tmp_path, edge_program, capsys):
     d = tiny()
     d["edge_w"] = np.linspace(0.5, 1.5, 10).astype(np.float32)

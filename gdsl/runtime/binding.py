@@ -7,6 +7,20 @@ from gdsl.frontend.checker import CheckedProgram
 from gdsl.graph.graph import Graph
 
 
+def unread_edge_data(prog: CheckedProgram, graph: Graph) -> str | None:
+    """A warning for a data file's `edge_NAME` arrays the program has no edge
+    input for (was: silence, so gcn.gd on a file with `edge_weight` trained
+    unweighted without a word; helper-70)."""
+    edge_inputs = {name for name, d in prog.inputs.items() if d.domain == "edge"}
+    unread = [k for k in graph.edata if k not in edge_inputs]
+    if not unread or any(k not in graph.edata for k in edge_inputs):   # then binding's error names them
+        return None
+    arrays = ", ".join(f"'edge_{k}'" for k in unread)
+    decl = "; ".join(f"input {k} : edge f32" for k in unread)
+    return (f"{graph.source or graph.name}: edge data {arrays} is not read: the program declares no edge input of "
+            f"that name ({decl} reads it)")
+
+
 def bind_dims(prog: CheckedProgram, graph: Graph, given: dict[str, int] | None = None) -> dict[str, int]:
     """Values of the symbolic dims (`F`, `C`, `N`, `E`, ...) from the graph.
 
@@ -58,12 +72,18 @@ def bind_dims(prog: CheckedProgram, graph: Graph, given: dict[str, int] | None =
             else:
                 data = graph.ndata.get(name)
                 if data is None:
-                    raise GdslError(f"{graph.source or graph.name}: no vertex data '{name}' for the program's input '{name}'")
+                    # (was the bare first sentence, after the loader's "ignoring array 'T'": helper-70)
+                    have = ", ".join(graph.ndata) or "none"
+                    raise GdslError(f"{graph.source or graph.name}: no vertex data '{name}' for the program's input "
+                                    f"'{name}' (have: {have}); the program's first vertex input reads `features`, "
+                                    f"a further one graph.ndata['{name}'], which an .npz file does not carry: build "
+                                    "the graph in Python (gdsl.Graph.from_edges, then graph.ndata[...] = ...)")
         else:
             data = graph.edata.get(name)
             if data is None:
                 have = ", ".join(graph.edata) or "none"
-                raise GdslError(f"{graph.source or graph.name}: no edge data '{name}' for the program's edge input '{name}' (have: {have})")
+                raise GdslError(f"{graph.source or graph.name}: no edge data '{name}' for the program's edge input "
+                                f"'{name}' (have: {have}; an .npz file gives it as the array 'edge_{name}')")
         shape = d.type.shape or []
         if len(shape) != data.dim() - 1:
             raise GdslError(f"{graph.source or graph.name}: input '{name}' is declared with {len(shape)} feature axes, "
