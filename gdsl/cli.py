@@ -584,9 +584,14 @@ def cmd_run(args, parser) -> int:
         # OOM killer ended the run without one, having filled the machine's memory)
         from gdsl.runtime.memory import cap_data_to_available
         cap_data_to_available()
+    opts = {k: bool(prog.checked.graph_options.get(k)) for k in ("self_loops", "symmetric")}
+    edges = f"E={graph.num_edges}"
+    if any(opts.values()):   # the edges trained on (was: the file's count only, where gdsl plan said the other)
+        named = " and ".join(k for k, on in opts.items() if on)
+        edges += f", {graph.with_options(**opts).num_edges} with the program's {named}"
     print(f"gdsl run {args.program}: train '{cfg.name}', model {cfg.model}, data {data} "
-          f"(N={graph.num_nodes}, E={graph.num_edges}), backend {args.backend}, seed {args.seed}, {epochs} epochs",
-          file=sys.stderr)
+          f"(N={graph.num_nodes}, {edges}), backend {args.backend}, seed {args.seed}, "
+          f"{epochs} epoch{'s' if epochs != 1 else ''}", file=sys.stderr)
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         warnings.showwarning = lambda msg, *a, **k: print(f"gdsl: warning: {msg}", file=sys.stderr)
@@ -598,7 +603,8 @@ def cmd_run(args, parser) -> int:
                 print(f"gdsl: --save {args.save}: not written (training diverged)", file=sys.stderr)
             if args.json:
                 write_json(args.json, e.result.to_json(program=args.program, data=str(data), backend=args.backend,
-                                                       seed=args.seed, train=cfg.name, model=cfg.model))
+                                                       seed=args.seed, train=cfg.name, model=cfg.model,
+                                                       split=args.split, set=dict(prog.overrides)))
                 print(f"wrote {args.json}", file=sys.stderr)
             raise
     f = result.final
@@ -620,7 +626,8 @@ def cmd_run(args, parser) -> int:
 
     def json_file():
         write_json(args.json, result.to_json(program=args.program, data=str(data), backend=args.backend,
-                                             seed=args.seed, train=cfg.name, model=cfg.model))
+                                             seed=args.seed, train=cfg.name, model=cfg.model,
+                                             split=args.split, set=dict(prog.overrides)))
         print(f"wrote {args.json}", file=sys.stderr)
 
     def save_file():

@@ -60,7 +60,10 @@ def read_source(path: str | Path) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
-        raise CompileError([Diagnostic(Span(line, 1, line, 2, file), "input is not UTF-8 text")]) from None
+        what = "input is not UTF-8 text"
+        if data.startswith(b"PK\x03\x04") or data.startswith(b"\x93NUMPY"):   # (was the bare line; helper-70)
+            what += " (it is a zip archive or .npy array: data? `gdsl run PROGRAM.gd --data FILE`)"
+        raise CompileError([Diagnostic(Span(line, 1, line, 2, file), what)]) from None
     return normalize_text(text)
 
 

@@ -96,6 +96,7 @@ def test_run_json_and_determinism(tmp_path):
     assert len(a["epochs"]) == 5
     assert set(a["epochs"][0]) >= {"epoch", "loss", "train_acc", "val_acc", "test_acc", "time"}
     assert a["final"]["epoch"] == 5 and a["seed"] == 3 and a["model"] == "GCN"
+    assert a["split"] == 0 and a["set"] == {}   # (was: neither recorded; helper-70)
     code, _, _ = run_gdsl(["run", GCN, "--epochs", "5", "--seed", "4", "--json", str(j2)])
     assert [e["loss"] for e in json.loads(j2.read_text())["epochs"]] != [e["loss"] for e in a["epochs"]]
 
@@ -349,3 +350,14 @@ def test_the_example_programs_compile_without_warnings():
         warnings.simplefilter("error", gdsl.GdslWarning)
         for p in ("gcn", "sage", "gat"):
             gdsl.compile(str(ROOT / "programs" / f"{p}.gd"))
+
+
+def test_run_header_counts_the_edges_trained_on_and_a_data_file_is_no_program():
+    """(helper-70: the header gave the file's E where `gdsl plan` gave the count with the graph options, said
+    "1 epochs", and `gdsl run data.npz` said only "input is not UTF-8 text")"""
+    code, _, err = run_gdsl(["run", str(ROOT / "programs" / "gat.gd"), "--epochs", "1", "--backend", "reference"])
+    assert code == 0 and "(N=2708, E=10556, 13264 with the program's self_loops)" in err and \
+        ", 1 epoch\n" in err, err
+    code, _, err = run_gdsl(["run", str(ROOT / "gdsl" / "data" / "cora.npz")])
+    assert code == 1 and "input is not UTF-8 text (it is a zip archive or .npy array: data? " \
+                         "`gdsl run PROGRAM.gd --data FILE`)" in err, err

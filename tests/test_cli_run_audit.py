@@ -78,8 +78,9 @@ def test_the_ranks_get_the_run_flags():
     prog = gdsl.compile(GCN, hidden=8)
     args = argparse.Namespace(program=GCN, train=None, epochs=7, seed=5, json="o.json", save="p.pt", report="comm",
                               checkpoint="ck", checkpoint_every=2, resume=None, log_every=3, backend=None,
-                              comm_timeout=30.0)
+                              comm_timeout=30.0, data="citeseer", split=1)
     w = worker_args(args, prog, "/parts")
+    assert w.pop("data").endswith("citeseer.npz") and w.pop("split") == 1   # for --json (helper-70)
     assert w == {"program": GCN, "train": None, "overrides": prog.overrides, "parts": "/parts", "epochs": 7,
                  "seed": 5, "json": "o.json", "save": "p.pt", "report": "comm", "checkpoint": "ck",
                  "checkpoint_every": 2, "resume": None, "log_every": 3, "backend": "reference",
@@ -139,13 +140,14 @@ def test_a_stopped_run_says_its_save_file_was_not_written(tmp_path, fake_launch)
     def stop():
         raise Terminated(signal.SIGTERM)
     fake_launch.then = stop
-    saved = tmp_path / "params.pt"
-    r = gdsl_here("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "3", "--save", saved)
+    saved, js = tmp_path / "params.pt", tmp_path / "m.json"
+    r = gdsl_here("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "3", "--save", saved, "--json", js)
     assert r.returncode == 128 + signal.SIGTERM, r.stderr
-    assert r.stderr.strip().splitlines()[-2:] == [
+    assert r.stderr.strip().splitlines()[-3:] == [
         "gdsl: terminated (SIGTERM); all ranks stopped",
         f"gdsl: --save {saved}: not written (the run was stopped before it ended; --checkpoint DIR keeps a "
-        "stopped distributed run's state)"]
+        "stopped distributed run's state)",
+        f"gdsl: --json {js}: not written (the run was stopped before it ended)"]   # (was: not said; helper-70)
     (call,) = fake_launch
     assert call["P"] == 2 and call["args"]["save"] == str(saved)
     assert call["existed"] == [True] and not any(Path(d).exists() for d in call["temp_dirs"])

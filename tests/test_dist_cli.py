@@ -53,13 +53,16 @@ def single(program, data=None, epochs=None) -> list[float]:
 
 def test_run_np_trains_and_reports_comm(tmp_path):
     r = gdsl("run", GCN, "--np", "2", "--partition", "rows(hash)", "--epochs", "3", "--report", "comm",
-             "--json", str(tmp_path / "o.json"))
+             "--json", str(tmp_path / "o.json"), "--set", "hidden=8")
     assert r.returncode == 0, r.stderr
     assert "rows(hash) halo=alltoallv, 2 ranks" in r.stdout
     assert "communication per epoch" in r.stdout and "allreduce param grads" in r.stdout
     assert "alltoallv" in r.stdout and "Traceback" not in r.stderr
     out = json.loads((tmp_path / "o.json").read_text())
     assert out["np"] == 2 and out["exact"] is True and len(out["epochs"]) == 3
+    # the run's inputs as one process's file has them (was: no data, split, set, train, model; helper-70)
+    assert out["data"].endswith("cora.npz") and out["split"] == 0 and out["set"] == {"hidden": 8}
+    assert out["train"] == "cora" and out["model"] == "GCN"
     comm = out["epochs"][-1]["comm"]
     assert all(len(v["sent"]) == 2 for v in comm.values())
 

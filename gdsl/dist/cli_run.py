@@ -11,6 +11,7 @@ from pathlib import Path
 from gdsl.backends import require_backend
 from gdsl.diagnostics import GdslError
 from gdsl.dist.part import Spec, parse_spec, part_path, read_header
+from gdsl.graph.io import resolve_data
 
 
 def _from_candidate(cand, P: int, approximate: bool) -> str | None:
@@ -146,6 +147,7 @@ def _refuse_unrunnable(spec: Spec, named: str, ir, file: str) -> None:
 
 def worker_args(args, prog, parts: str) -> dict:
     return {"program": args.program, "train": args.train, "overrides": prog.overrides, "parts": parts,
+            "data": str(resolve_data(getattr(args, "data", None))), "split": getattr(args, "split", 0),
             "epochs": args.epochs, "seed": args.seed, "json": args.json, "save": getattr(args, "save", None),
             "report": args.report,
             "checkpoint": args.checkpoint, "checkpoint_every": args.checkpoint_every, "resume": args.resume,
@@ -291,6 +293,8 @@ def run_distributed(args, prog, graph, data) -> int:
             if launched and getattr(args, "save", None):
                 print(f"gdsl: --save {args.save}: not written (the run was stopped before it ended; "
                       "--checkpoint DIR keeps a stopped distributed run's state)", file=sys.stderr)
+            if launched and getattr(args, "json", None):   # (was: said of --save only; helper-70)
+                print(f"gdsl: --json {args.json}: not written (the run was stopped before it ended)", file=sys.stderr)
             return code
         finally:
             if tmp:

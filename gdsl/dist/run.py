@@ -476,7 +476,11 @@ def run_rank(args: dict) -> int:
 
         def json_file():
             last = history[-1] if history else {}
-            write_json(args["json"], {"program": args["program"], "np": size, "plan": part.spec.describe(),
+            # the run's inputs as one process's --json has them (was: no data, split, --set; helper-70)
+            write_json(args["json"], {"program": args["program"], "data": args.get("data"),
+                                      "split": args.get("split", 0), "set": dict(args.get("overrides") or {}),
+                                      "train": cfg.name, "model": cfg.model,
+                                      "np": size, "plan": part.spec.describe(),
                                       "exact": part.spec.exact, "seed": seed, "backend": model.backend,
                                       "kernels": kernels, "epochs": history,
                                       "final": {k: v for k, v in last.items() if not k.startswith("comm")}})
