@@ -66,7 +66,8 @@ def nonfinite_loss(epoch: int, loss_value: float) -> str:
     the initial ones, so the cause is the data or the program, not the lr."""
     if epoch == 1:
         return (f"epoch 1: the loss is {loss_value} before any optimizer step: the data or the program give "
-                "non-finite values (features too large for float32, negative edge weights under a sqrt or log, rsqrt(0) or 1/x of the degree of a vertex with no in-edge, ...)")
+                "non-finite values (features too large for float32, negative edge weights under a sqrt or log, "
+                "rsqrt(0) or 1/x of the degree of a vertex with no in-edge, ...)")
     return f"epoch {epoch}: the loss is {loss_value}; training diverged (try a smaller lr)"
 
 
