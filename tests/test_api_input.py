@@ -207,6 +207,22 @@ def test_pyg_edge_index_must_be_2_by_e():
         gdsl.Graph.from_pyg({"x": x, "edge_index": torch.tensor([[0, 1], [1, 2]])})
 
 
+@pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_edge_data_that_requires_grad_is_refused_at_module(backend):
+    """(was: the folded edge weight kept w's first autograd graph: epoch 2 died in torch's "Trying to backward
+    through the graph a second time", and with retain_graph the loss stayed put while w changed; helper-69)"""
+    if backend == "numba":
+        pytest.importorskip("numba")
+    g = small()
+    g.edata["w"] = torch.rand(4, requires_grad=True)
+    prog = gdsl.compile(ROOT / "programs" / "extra" / "edge_weighted_gcn.gd")
+    with pytest.raises(GdslError, match=r"graph.edata\['w'\] requires grad: a module computes its edge constants "
+                                        r"from the graph's edge data once, at module\(\)"):
+        prog.module(g, backend=backend)
+    g.edata["w"] = g.edata["w"].detach()
+    assert prog.module(g, backend=backend)().shape == (4, 2)
+
+
 @pytest.mark.parametrize("field", ["features", "src", "labels", "train_mask", "edata", "ndata"])
 @pytest.mark.parametrize("kind", ["meta", "sparse"])
 def test_fields_reassigned_sparse_or_meta_are_refused_at_module(field, kind):

@@ -209,6 +209,13 @@ class ReferenceModule(nn.Module):
     def __init__(self, module: Module, graph: Graph) -> None:
         super().__init__()
         self.ir = module
+        for k, v in graph.edata.items():
+            if v.requires_grad:   # (was: epoch 2 died in torch's "backward through the graph a second time", or
+                # with retain_graph the loss stayed put while w changed; helper-69)
+                raise GdslError(f"graph.edata['{k}'] requires grad: a module computes its edge constants from "
+                                "the graph's edge data once, at module(), so they would not follow it as it "
+                                "learns (and a second backward would fail); learn edge weights as a param of the "
+                                f"program, or bind graph.edata['{k}'].detach()")
         self.graph = graph = graph.snapshot()   # later reassignments of the user's graph do not reach it
         self.gd = GraphData(graph, module.attrs.get("graph", {}))
         self.register_buffer("src_index", self.gd.src, persistent=False)
