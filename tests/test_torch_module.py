@@ -595,6 +595,54 @@ def test_torch_func_grad_vmap_and_jacrev(backend):
     torch.testing.assert_close(jac[:, :, 0, :], torch.eye(jac.shape[1]).expand(jac.shape[0], -1, -1))
 
 
+@pytest.mark.parametrize("program", [GCN, str(ROOT / "programs" / "extra" / "gcn_schedule.gd"), SAGE])
+def test_forward_mode_ad_on_the_reference_backend_equals_reverse_mode(program):
+    """torch.autograd.forward_ad through the sparse product (sparse_mm) and an ordered linear group
+    (gcn_schedule's order hints: OrderedLinear), towards the input and every param: u . (J t) = (J^T u) . t.
+    Was: "You must implement the jvp function for custom autograd.Function" (helper-69)."""
+    import torch.autograd.forward_ad as fwAD
+    from torch.func import functional_call
+    m, g = bound("reference", program)
+    m = m.double()
+    x = g.features.double()
+    params = {k: p.detach() for k, p in m.named_parameters()}
+    gen = torch.Generator().manual_seed(1)
+    tx = torch.randn(x.shape, generator=gen, dtype=x.dtype)
+    tp = {k: torch.randn(p.shape, generator=gen, dtype=p.dtype) for k, p in params.items()}
+    with fwAD.dual_level():
+        out = functional_call(m, {k: fwAD.make_dual(p, tp[k]) for k, p in params.items()}, (fwAD.make_dual(x, tx),))
+        tangent = fwAD.unpack_dual(out).tangent
+    xs, ps = x.clone().requires_grad_(), {k: p.clone().requires_grad_() for k, p in params.items()}
+    out = functional_call(m, ps, (xs,))
+    u = torch.randn(out.shape, generator=gen, dtype=out.dtype)
+    grads = torch.autograd.grad(out, [xs, *ps.values()], u)
+    want = sum((gr * t).sum() for gr, t in zip(grads, [tx, *tp.values()]))
+    torch.testing.assert_close((u * tangent).sum(), want)
+
+
+def test_forward_mode_and_batched_backward_through_the_kernels_are_clear_errors():
+    """The numba kernels' autograd is reverse mode, one cotangent at a time: forward_ad and a vmapped
+    backward say so and what runs instead (was: torch's "You must implement the jvp function" and
+    "Batching rule not implemented for aten::detach"; helper-69); torch.func's transforms run."""
+    import torch.autograd.forward_ad as fwAD
+    from torch.autograd.functional import jacobian
+    from torch.func import jacrev, jvp
+    m, g = bound("numba")
+    with fwAD.dual_level(), pytest.raises(GdslError, match=r"forward-mode AD \(torch.autograd.forward_ad\) does "
+                                                         "not run through the Numba and Triton kernels"):
+        m(fwAD.make_dual(g.features, torch.ones_like(g.features)))
+    x = g.features.clone().requires_grad_()
+    out = m(x)
+    with pytest.raises(GdslError, match="batched gradients .* do not run through the Numba and Triton kernels"):
+        torch.autograd.grad(out, x, torch.randn((2,) + out.shape), is_grads_batched=True)
+    with pytest.raises(GdslError, match="batched gradients"):
+        jacobian(m, g.features, vectorize=True)
+    ref, _ = bound("reference")
+    torch.testing.assert_close(jacrev(m)(g.features), jacrev(ref)(g.features))
+    t = torch.randn_like(g.features)
+    torch.testing.assert_close(jvp(m, (g.features,), (t,))[1], jvp(ref, (g.features,), (t,))[1])
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_second_derivatives_through_torch_func(backend):
     """grad of grad and hessian with torch.func run on every backend (the

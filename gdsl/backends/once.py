@@ -30,6 +30,14 @@ def differentiable_once(backward):
     """Decorate an autograd.Function's `backward` (see the module docstring)."""
     @functools.wraps(backward)
     def wrapper(ctx, *grads):
+        if any(isinstance(g, torch.Tensor) and (torch._C._functorch.is_legacy_batchedtensor(g)
+                                                or torch._C._functorch.is_batchedtensor(g)) for g in grads):
+            # autograd.grad(..., is_grads_batched=True), jacobian(vectorize=True): vmap over the backward
+            # (was: torch's "Batching rule not implemented for aten::detach"; helper-69)
+            from gdsl.diagnostics import GdslError
+            raise GdslError("batched gradients (autograd.grad(..., is_grads_batched=True), "
+                            "jacobian(..., vectorize=True)) do not run through the Numba and Triton kernels' "
+                            "backward; use torch.func (jacrev, vmap(vjp)) or backend='reference'")
         with torch.no_grad():
             outputs = backward(ctx, *grads)
         if not torch.is_grad_enabled():   # a plain backward: create_graph=False
@@ -53,3 +61,17 @@ def differentiable_once(backward):
         res = err(*[alias(t) for t in outs], *read)
         return tuple(res[:len(outs)]) if isinstance(outputs, tuple) else res[0]
     return wrapper
+
+
+class KernelFunction(torch.autograd.Function):
+    """The autograd.Function of a Numba or Triton kernel: reverse mode only.
+    Forward-mode AD (torch.autograd.forward_ad) through it is a clear error
+    (was torch's "You must implement the jvp function for custom
+    autograd.Function", helper-69); the reference backend supports it, and
+    torch.func.jvp runs the modules' plain torch ops on every backend."""
+
+    @staticmethod
+    def jvp(ctx, *tangents):
+        from gdsl.diagnostics import GdslError
+        raise GdslError("forward-mode AD (torch.autograd.forward_ad) does not run through the Numba and Triton "
+                        "kernels (their autograd is reverse mode only); use backend='reference', or torch.func.jvp")

@@ -24,7 +24,7 @@ from gdsl.backends.numba.ops import (
     _threads,
     _vec,
 )
-from gdsl.backends.once import differentiable_once
+from gdsl.backends.once import KernelFunction, differentiable_once
 
 # --------------------------------------------------------------------------
 # fused layer epilogue: dropout(act(x + bias)) with the reference's masks
@@ -75,7 +75,7 @@ def _epilogue_raw(x2: torch.Tensor, b: torch.Tensor | None, act: str, p: float, 
     return out, mask
 
 
-class _EpilogueFn(torch.autograd.Function):
+class _EpilogueFn(KernelFunction):
     @staticmethod
     def forward(ctx, x, bias, act, p, seed):
         dt = x.dtype
@@ -141,7 +141,7 @@ def epilogue(x: torch.Tensor, bias: torch.Tensor | None = None, act: str = "none
 # dense: torch's GEMM, writing into huge-page outputs
 # --------------------------------------------------------------------------
 
-class _LinearFn(torch.autograd.Function):
+class _LinearFn(KernelFunction):
     """sum_k x_k @ W_k (x_k [N, d_k], W_k [d_k, m]): torch's GEMM (addmm for
     the second term onwards) into one output of _empty, and the same for the
     backward's input gradients (their fresh N x d pages are most of a GEMM's
@@ -205,7 +205,7 @@ def linear(*xw: torch.Tensor) -> torch.Tensor:
 # per-head dot products of a vertex tensor with parameters (GAT's scores)
 # --------------------------------------------------------------------------
 
-class _HeadDotFn(torch.autograd.Function):
+class _HeadDotFn(KernelFunction):
     @staticmethod
     def forward(ctx, z, *a):
         dt = z.dtype

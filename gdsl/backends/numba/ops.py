@@ -25,7 +25,7 @@ from gdsl.backends.maxmin import maxmin_backward
 from gdsl.backends.numba import codegen
 from gdsl.backends.numba.codegen import BINARY, MSGS, SDDMM_OPS, get_kernel
 from gdsl.backends.numba.graph import CSR, CSRGraph
-from gdsl.backends.once import differentiable_once
+from gdsl.backends.once import KernelFunction, differentiable_once
 from gdsl.runtime.memory import on_release
 
 _FLOATS = (torch.float32, torch.float64)
@@ -390,7 +390,7 @@ def _classify(g: CSRGraph, x, w, msg: str):
                      f"{tuple(x.shape)} (expected [E], [E, *leading feature axes] or [E, *features])")
 
 
-class _AggregateFn(torch.autograd.Function):
+class _AggregateFn(KernelFunction):
     @staticmethod
     def forward(ctx, g, x, w, msg, reduce, to, info, xs, os, wp):
         bcast, H, D, fs = info
@@ -571,7 +571,7 @@ def permute_edge_data(g: CSRGraph, w: torch.Tensor, to: str = "dst") -> Permuted
 # sddmm
 # --------------------------------------------------------------------------
 
-class _SddmmFn(torch.autograd.Function):
+class _SddmmFn(KernelFunction):
     @staticmethod
     def forward(ctx, g, a, b, op):
         dt = _data_dtype(a, b)
@@ -650,7 +650,7 @@ def sddmm(g: CSRGraph, a: torch.Tensor, b: torch.Tensor, op: str) -> torch.Tenso
 # edge softmax
 # --------------------------------------------------------------------------
 
-class _EdgeSoftmaxFn(torch.autograd.Function):
+class _EdgeSoftmaxFn(KernelFunction):
     @staticmethod
     def forward(ctx, g, s):
         dt = _data_dtype(s)
@@ -698,7 +698,7 @@ def edge_softmax(g: CSRGraph, s: torch.Tensor) -> torch.Tensor:
 # fused GAT aggregation
 # --------------------------------------------------------------------------
 
-class _GatFn(torch.autograd.Function):
+class _GatFn(KernelFunction):
     @staticmethod
     def forward(ctx, g, el, er, z, slope):
         dt = _data_dtype(el, er, z)

@@ -57,6 +57,13 @@ class _SparseMM(torch.autograd.Function):
     def backward(ctx, g):
         return None, _csr_mm(transposed(ctx.a), g).to(ctx.h_dtype)
 
+    @staticmethod
+    def jvp(ctx, a_t, h_t):
+        """Forward-mode AD (torch.autograd.forward_ad): the product is linear
+        in h and `a` is a constant, so the tangent is A h_t (was: torch's
+        "You must implement the jvp function", helper-69)."""
+        return _csr_mm(ctx.a, h_t)
+
 
 # id(matrix) -> (weak reference to it, its transpose as CSR)
 _TRANSPOSED: dict[int, tuple] = {}
@@ -160,6 +167,23 @@ class OrderedLinear(torch.autograd.Function):
             y = runner.apply(gemm.mm(x.reshape(n * k, din), w2).reshape(n, k * dout), False)
         ctx.runner = runner
         ctx.save_for_backward(x, w, t if (g.memo and t is not None) else None)
+        ctx.save_for_forward(x, w)
+        return y.reshape((y.shape[0],) + tuple(x.shape[1:-1]) + tuple(w.shape[1:]))
+
+    @staticmethod
+    def jvp(ctx, x_t, w_t, _):
+        """Forward-mode AD: (A X W)' = A (X' W + X W'), A linear and constant
+        (was: torch's "You must implement the jvp function", helper-69)."""
+        x, w = ctx.saved_tensors[:2]
+        n, din = x.shape[0], w.shape[0]
+        k, dout = math.prod(x.shape[1:-1]), math.prod(w.shape[1:])
+        z = None
+        if x_t is not None:
+            z = x_t.reshape(n * k, din) @ w.reshape(din, dout)
+        if w_t is not None:
+            zw = x.reshape(n * k, din) @ w_t.reshape(din, dout)
+            z = zw if z is None else z + zw
+        y = ctx.runner.apply(z.reshape(n, k * dout), False)
         return y.reshape((y.shape[0],) + tuple(x.shape[1:-1]) + tuple(w.shape[1:]))
 
     @staticmethod

@@ -24,7 +24,7 @@ import torch
 import triton
 
 from gdsl.backends.maxmin import maxmin_backward
-from gdsl.backends.once import differentiable_once
+from gdsl.backends.once import KernelFunction, differentiable_once
 from gdsl.backends.triton import codegen
 from gdsl.backends.triton.codegen import BINARY, MSGS, SDDMM_OPS, get_kernel
 from gdsl.backends.triton.graph import CSR, TritonGraph
@@ -229,7 +229,7 @@ def _classify(g: TritonGraph, x, w, msg: str):
                      f"{tuple(x.shape)} (expected [E], [E, *leading feature axes] or [E, *features])")
 
 
-class _AggregateFn(torch.autograd.Function):
+class _AggregateFn(KernelFunction):
     @staticmethod
     def forward(ctx, g, x, w, msg, reduce, to, info, xs, os_):
         bcast, H, D, fs = info
@@ -348,7 +348,7 @@ def aggregate(g: TritonGraph, x: torch.Tensor | None, w: torch.Tensor | None, ms
 # sddmm
 # --------------------------------------------------------------------------
 
-class _SddmmFn(torch.autograd.Function):
+class _SddmmFn(KernelFunction):
     @staticmethod
     def forward(ctx, g, a, b, op):
         dt = _data_dtype(a, b)
@@ -433,7 +433,7 @@ def _softmax_launch(kernel, csr: CSR, K: int, *args) -> None:
     kernel[(csr.nrows, triton.cdiv(K, bk))](csr.indptr, csr.eid, *args, K, BLOCK_K=bk)
 
 
-class _EdgeSoftmaxFn(torch.autograd.Function):
+class _EdgeSoftmaxFn(KernelFunction):
     @staticmethod
     def forward(ctx, g, s):
         dt = _data_dtype(s)
@@ -477,7 +477,7 @@ def edge_softmax(g: TritonGraph, s: torch.Tensor) -> torch.Tensor:
 # fused GAT aggregation
 # --------------------------------------------------------------------------
 
-class _GatFn(torch.autograd.Function):
+class _GatFn(KernelFunction):
     @staticmethod
     def forward(ctx, g, el, er, z, slope):
         dt = _data_dtype(el, er, z)
