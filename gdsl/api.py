@@ -59,6 +59,15 @@ class Program:
             self._unbound = e
             self.checked = front(source, file, train)[1]
 
+    def __repr__(self) -> str:
+        """`Program('programs/gcn.gd', train='cora', model='GCN', hidden=64)` (was object's; helper-69)."""
+        cfg = self.train
+        parts = [repr(self.file)]
+        if cfg is not None:
+            parts += [f"train={cfg.name!r}", f"model={cfg.model!r}"]
+        parts += [f"{k}={v!r}" for k, v in self.overrides.items()]
+        return f"Program({', '.join(parts)})"
+
     def _warn(self, compiled: Compiled) -> None:
         """Raise the compile warnings once per program (at `gdsl.compile`, or
         at the first `bind` of a program that needs data to compile)."""

@@ -347,3 +347,8 @@ def test_one_except_catches_every_user_error(tmp_path):
     assert not issubclass(CompileError, GdslError) and not issubclass(GdslError, CompileError)
     assert issubclass(Diverged, gdsl.Error) and not issubclass(InternalCompilerError, gdsl.Error)
     assert "Error" in gdsl.__all__
+
+
+def test_a_program_says_what_it_is():
+    """(was object's repr; helper-69)"""
+    assert repr(gdsl.compile(GCN, hidden=8)) == f"Program({GCN!r}, train='cora', model='GCN', hidden=8)"
