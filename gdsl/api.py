@@ -102,7 +102,9 @@ class Program:
         `dims` gives some first (see `module`); `hoist` as in `module`."""
         if not isinstance(graph, Graph):
             raise TypeError(f"bind() takes a gdsl.Graph, got {type(graph).__name__}")
-        graph.validate(graph.source or graph.name)   # fields assigned since it was built, too
+        # fields assigned or edited since it was built, too: the loader checked the file, so what fails
+        # here is the graph as it is now (was: "cora.npz: features contain NaN", the file being fine; helper-69)
+        graph.validate(f"the graph loaded from {graph.source}, as it is now" if graph.source else graph.name)
         dims = bind_dims(self.checked, graph, dims)
         bound = compile_source(self.source, self.file, dims=dims, overrides=self.overrides, train=self.train_name,
                                hoist=hoist)

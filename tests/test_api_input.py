@@ -352,3 +352,12 @@ def test_one_except_catches_every_user_error(tmp_path):
 def test_a_program_says_what_it_is():
     """(was object's repr; helper-69)"""
     assert repr(gdsl.compile(GCN, hidden=8)) == f"Program({GCN!r}, train='cora', model='GCN', hidden=8)"
+
+
+def test_a_graph_edited_after_loading_is_not_blamed_on_its_file():
+    """(was: "cora.npz: features contain NaN or inf", the file being fine; helper-69)"""
+    g = gdsl.load_graph("cora")
+    g.features[0, 0] = float("nan")
+    with pytest.raises(GdslError, match=r"^the graph loaded from .*cora\.npz, as it is now: features contain NaN or "
+                                        r"inf \(first at vertex 0\)"):
+        gdsl.compile(GCN).module(g, backend="reference")
