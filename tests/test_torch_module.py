@@ -718,3 +718,23 @@ def test_a_forward_runs_no_sympy(program, backend, monkeypatch):
     m.eval()
     with torch.no_grad():
         m()
+
+
+def test_dropout_masks_follow_torch_manual_seed_like_nn_dropout():
+    """`torch.manual_seed(s); m = prog.module(g)` draws masks that vary with s, as nn.Dropout's do (was: every
+    module started at dropout_seed 0, so a loop over seeds drew one set of masks; helper-69). The same s gives
+    the same masks; gdsl.train's seed is the module's."""
+    g = random_graph(n=20, e=60, f=5, c=3)
+    prog = gdsl.compile(GCN, hidden=4)
+
+    def train_out(s):
+        torch.manual_seed(s)
+        m = prog.module(g, backend="reference").train()
+        with torch.no_grad():
+            for p in m.parameters():
+                p.fill_(0.01)   # the same params: the outputs differ by the masks only
+        return m.dropout_seed, m()
+    (s1, a), (s2, b), (s3, c) = train_out(1), train_out(2), train_out(1)
+    assert (s1, s2, s3) == (1, 2, 1)
+    assert not torch.equal(a, b) and torch.equal(a, c)
+    assert gdsl.train(prog, g, backend="reference", epochs=1, seed=5).model.dropout_seed == 5

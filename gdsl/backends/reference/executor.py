@@ -261,7 +261,10 @@ class ReferenceModule(nn.Module):
         global generator (so every backend and every rank draws the same values)."""
         self._param_names: list[str] = []
         self._param_shapes: dict[str, tuple[int, ...]] = {}
-        self._seed_value, self.step, self._mask_step = 0, 0, 0
+        # the masks' seed: the one torch.manual_seed last set, so `torch.manual_seed(s); m = prog.module(g)`
+        # varies the masks with s as it does the params (was 0 for every module: a loop over seeds drew
+        # one set of masks; helper-69). gdsl.train / gdsl run set it to their seed.
+        self._seed_value, self.step, self._mask_step = torch.initial_seed() % (2 ** 63), 0, 0
         self._step_of_draw: dict[int, int] = {}   # count_step
         self._op_index = {op: i for i, op in enumerate(module.main.ops)}   # mask_seed's op keys
         drops = [op for op in module.main.ops if op.name == "dropout"]
@@ -283,13 +286,14 @@ class ReferenceModule(nn.Module):
         each with its program init, in program order, from torch's global
         generator (`torch.manual_seed(s); model.reset_parameters()` gives
         the values a module built after `torch.manual_seed(s)` has). The
-        dropout step counter starts again too (see `count_step`)."""
+        dropout seed is taken again from torch.initial_seed() and the step
+        counter starts again too (see `count_step`)."""
         with torch.no_grad():
             for op in self.ir.main.ops:
                 if op.name == "param":
                     p = self.param(op.attrs["name"])
                     p.copy_(init_param(tuple(p.shape), op.attrs["init"]))
-        self.step, self._mask_step = 0, 0
+        self._seed_value, self.step, self._mask_step = torch.initial_seed() % (2 ** 63), 0, 0
         self._step_of_draw.clear()
 
     def param(self, name: str) -> torch.Tensor:
