@@ -738,3 +738,26 @@ def test_dropout_masks_follow_torch_manual_seed_like_nn_dropout():
     assert (s1, s2, s3) == (1, 2, 1)
     assert not torch.equal(a, b) and torch.equal(a, c)
     assert gdsl.train(prog, g, backend="reference", epochs=1, seed=5).model.dropout_seed == 5
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_graph_without_features_binds_with_their_widths_and_takes_x_at_each_call(backend):
+    """A structure-only graph whose features are computed (an nn.Embedding): module(g, dims={"F": ...}) binds,
+    model(x) runs and trains the embedding, model() says to pass x (was: "needs vertex features" whatever dims
+    gave; helper-69)."""
+    full = random_graph(n=20, e=60, f=5, c=3)
+    g = gdsl.Graph.from_edges(full.src, full.dst, full.num_nodes, labels=full.labels, masks=dict(full.masks))
+    prog = gdsl.compile(GCN, hidden=4)
+    torch.manual_seed(0)
+    m = prog.module(g, backend=backend, dims={"F": 5}).eval()
+    torch.manual_seed(0)
+    ref = prog.module(full, backend="reference").eval()
+    emb = torch.nn.Embedding(20, 5)
+    out = m(emb.weight)
+    torch.testing.assert_close(out, ref(emb.weight))
+    m.loss(out).backward()
+    assert emb.weight.grad.abs().sum() > 0
+    with pytest.raises(GdslError, match=r"the graph has no features for the input 'X' .*: pass them, model\(x\)"):
+        m()
+    with pytest.raises(GdslError, match=r"needs vertex features, but the graph has none \(or give its widths"):
+        prog.module(g, backend=backend)

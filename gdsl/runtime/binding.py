@@ -68,7 +68,14 @@ def bind_dims(prog: CheckedProgram, graph: Graph, given: dict[str, int] | None =
                 data = graph.features
                 first_feature = False
                 if data is None:
-                    raise GdslError(f"{graph.source or graph.name}: the program's input '{name}' needs vertex features, but the graph has none")
+                    shape = d.type.shape or []
+                    if shape and all(isinstance(x, ast.Number) or (isinstance(x, ast.Name) and x.id in given)
+                                     for x in shape):
+                        continue   # dims gives its widths: the features come at the forward, model(x)
+                        # (a structure-only graph whose x is computed, e.g. by an nn.Embedding; helper-69)
+                    raise GdslError(f"{graph.source or graph.name}: the program's input '{name}' needs vertex "
+                                    "features, but the graph has none (or give its widths, "
+                                    "module(graph, dims={...}), and pass them: model(x))")
             else:
                 data = graph.ndata.get(name)
                 if data is None:

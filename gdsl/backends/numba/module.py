@@ -281,6 +281,7 @@ class NumbaModule(ReferenceModule):
     # ---- running
     @eager_under_torch_compile   # a graph break inside torch.compile, not a trace of the launch code
     def forward(self, x=None, *extra):
+        self._features_given(x)
         if capturing():   # torch.export / jit.trace / torch.func: the reference's plain torch ops
             return self.plain_forward(x, *extra)
         self.begin_forward(extra)   # the reference's checks and dropout mask key

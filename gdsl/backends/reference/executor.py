@@ -436,7 +436,14 @@ class ReferenceModule(nn.Module):
     def _converted(self) -> None:
         """Hook: drop caches derived from the constants after `_apply`."""
 
+    def _features_given(self, x) -> None:
+        """A graph bound without features (`dims` gave their widths) needs them at each call."""
+        if x is None and self.feature_input is not None and self.graph.features is None:
+            raise GdslError(f"the graph has no features for the input '{self.feature_input}' (it was bound with "
+                            "dims giving their widths): pass them, model(x)")
+
     def forward(self, x: torch.Tensor | None = None, *extra) -> torch.Tensor:
+        self._features_given(x)
         if capturing():
             return self.plain_forward(x, *extra)
         if compiling():   # dynamo takes no sparse CSR matrix (nor OrderedLinear's): the plain form, traced whole

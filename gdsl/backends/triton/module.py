@@ -202,6 +202,7 @@ class TritonModule(ReferenceModule):
     # ---- running
     @eager_under_torch_compile   # a graph break inside torch.compile, not a trace of the launch code
     def forward(self, x=None, *extra):
+        self._features_given(x)
         if capturing():   # torch.export / jit.trace / torch.func: the reference's plain torch ops
             out = self.plain_forward(x, *extra)
         else:
