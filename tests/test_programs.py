@@ -486,3 +486,35 @@ train t {{ model = M
 """)
     assert cli_main(["compile", str(p), "--emit", "ast"]) == 0
     assert f"apply p = {shown}\n" in capsys.readouterr().out
+
+
+def test_a_layer_without_static_args_or_args_and_a_scalar_result():
+    """`layer Deg() -> []`: no brackets, no arguments and an empty result
+    shape (was: the shape `[]` was taken for the static list, and the parser
+    stopped with an internal error, exit 3; helper-71). It reads the graph
+    alone: the in-degree, as a vertex scalar that scales the logits."""
+    src = """graph G
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train
+
+layer Deg() -> [] {
+    scatter one = src.degree * 0 + 1
+    gather  a = sum(one)
+    return a
+}
+
+layer Lin[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    apply o = h @ W
+    return o
+}
+
+model M { return Lin[C](X) * Deg() }
+train t { model = M; loss = cross_entropy(Y, mask = train) }
+"""
+    g = small_graph()
+    model, P = bound_source(src, g)
+    deg = dense_adj(g).sum(1, keepdim=True)
+    check(model, (g.features @ P["Lin_1.W"]) * deg)
+    assert gdsl.compile(src.replace("layer Deg()", "layer Deg[]()")).module(g).eval()().shape == (N, C)

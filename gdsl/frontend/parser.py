@@ -40,6 +40,11 @@ class _PostLexer:
             yield tok
 
 
+class _StaticParams(list):
+    """A layer's or model's `[...]` static parameters, told apart from an
+    equally empty result shape `[]` in `layer_decl`."""
+
+
 class _TooDeep(Exception):
     def __init__(self, tok: Token) -> None:
         self.tok = tok
@@ -398,7 +403,7 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def static_params(self, meta, c):
-        return list(c)
+        return _StaticParams(c)
 
     @v_args(meta=True)
     def layer_arg(self, meta, c):
@@ -408,7 +413,9 @@ class _ToAst(Transformer):
     def layer_decl(self, meta, c):
         name = str(c[0])
         rest = list(c[1:])
-        static = rest.pop(0) if rest and isinstance(rest[0], list) and (not rest[0] or isinstance(rest[0][0], ast.StaticParam)) else []
+        # tagged: an empty `[]` static list and an empty result shape `-> []` are both empty
+        # lists (was: `layer L() -> []` took its shape for the static list and crashed; helper-71)
+        static = list(rest.pop(0)) if rest and isinstance(rest[0], _StaticParams) else []
         body = rest.pop()
         result = rest.pop()
         args = rest
@@ -416,7 +423,7 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def model_decl(self, meta, c):
-        static = c[1] if len(c) > 2 else []
+        static = list(c[1]) if len(c) > 2 else []
         return ast.ModelDecl(str(c[0]), static, c[-1], span=self._span(meta))
 
     @v_args(meta=True)
