@@ -750,3 +750,11 @@ def test_loss_of_a_non_float_or_non_tensor_output_is_a_clear_error():
     with pytest.raises(GdslError, match=r"expected a boolean mask \(bool, or integers 0/1\), got torch.int64 with "
                                         "values other than 0 and 1"):
         Graph.from_edges([0, 1], [1, 0], 2, train_mask=[2, 0])
+
+
+def test_a_width_or_axis_count_the_data_lacks_names_the_declaration(tmp_path, capsys):
+    """The data-side message gives the file and line of the input's
+    declaration too (was: the data file alone; helper-71)."""
+    p = prog(tmp_path, "gcn.gd", ("vertex f32[F]", "vertex f32[100]"))
+    rc, _, err = run(capsys, "run", str(p), "--epochs", "1", "--backend", "reference")
+    assert rc == 1 and f"input 'X' is declared with 100 (at {p}:3:1) but the data has 1433" in err, err

@@ -92,21 +92,24 @@ def bind_dims(prog: CheckedProgram, graph: Graph, given: dict[str, int] | None =
                 raise GdslError(f"{graph.source or graph.name}: no edge data '{name}' for the program's edge input "
                                 f"'{name}' (have: {have}; an .npz file gives it as the array 'edge_{name}')")
         shape = d.type.shape or []
+        # where the program declares it (a data mismatch names the file and the line; helper-71)
+        at = f" (at {d.span})" if getattr(d, "span", None) is not None and d.span.line else ""
         if len(shape) != data.dim() - 1:
-            raise GdslError(f"{graph.source or graph.name}: input '{name}' is declared with {len(shape)} feature axes, "
-                            f"the data has shape {list(data.shape)}")
+            raise GdslError(f"{graph.source or graph.name}: input '{name}' is declared with {len(shape)} feature "
+                            f"axes{at}, the data has shape {list(data.shape)}")
         for axis, (dexpr, size) in enumerate(zip(shape, data.shape[1:]), 1):
             if int(size) == 0:
                 raise GdslError(f"{graph.source or graph.name}: input '{name}' has an empty feature axis (its data "
                                 f"has shape {list(data.shape)}; axis {axis} is 0)")
-            _bind(dims, dexpr, int(size), name, graph, given)
+            _bind(dims, dexpr, int(size), name, graph, given, at)
     return dims
 
 
-def _bind(dims: dict[str, int], dexpr: ast.Expr, size: int, name: str, graph: Graph, given=()) -> None:
+def _bind(dims: dict[str, int], dexpr: ast.Expr, size: int, name: str, graph: Graph, given=(), at: str = "") -> None:
     if isinstance(dexpr, ast.Number):
         if dexpr.value != size:
-            raise GdslError(f"{graph.source or graph.name}: input '{name}' is declared with {dexpr.value} but the data has {size}")
+            raise GdslError(f"{graph.source or graph.name}: input '{name}' is declared with {dexpr.value}{at} but "
+                            f"the data has {size}")
         return
     if not isinstance(dexpr, ast.Name):
         return  # an expression dim: checked by shape inference once the names are bound
