@@ -68,6 +68,9 @@ CASES = [
      "14:25", "undefined name 'bias'"),
     ("undefined-name-in-model", "gcn.gd", "h = dropout(h, p)", "h = dropout(hh, p)",
      "21:17", "undefined name 'hh'"),
+    # (was: "cannot use 'GCNConv[C](h)[0]' here"; helper-71)
+    ("indexed-tensor", "gcn.gd", "return GCNConv[C](h)", "return GCNConv[C](h)[0]",
+     "22:12", "'GCNConv[C](h)[0]': a tensor cannot be indexed; brackets pass a layer's static arguments"),
     ("unknown-function", "gcn.gd", "h = relu(GCNConv", "h = rleu(GCNConv",
      "20:9", "unknown function 'rleu'"),
     ("duplicate-definition", "gcn.gd", "mask train, val, test", "mask train, val, test, X",

@@ -774,6 +774,11 @@ class Lowerer:
                 self.error(e.span, f"layer '{n}' must be called: {ast.format_expr(e)}(x)")
             case ast.ListExpr():
                 self.error(e.span, "a list is not a tensor")
+            case ast.Index():
+                # `x[0]`: brackets pass a layer's static arguments; a tensor is never subscripted
+                # (was: "cannot use 'L[C](X)[0]' here"; helper-71)
+                self.error(e.span, f"'{ast.format_expr(e)}': a tensor cannot be indexed; brackets pass a layer's "
+                                   "static arguments")
         self.error(e.span, f"cannot use '{ast.format_expr(e)}' here")
 
     def operands(self, lhs: ast.Expr, rhs: ast.Expr, sc: _Scope) -> tuple[Value, Value]:
