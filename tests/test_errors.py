@@ -418,6 +418,19 @@ def test_case_ids_are_unique_and_many():
     assert len(ids) == len(set(ids)) and len(ids) >= 30
 
 
+def test_a_statement_after_a_block_on_its_line_is_told_to_take_a_semicolon(tmp_path, capsys):
+    """`}` ends no statement: the message offers ';' with the newline (it
+    said "expected one of '}', newline"; helper-71), and with it the line
+    compiles."""
+    line = "    h = relu(GCNConv[hidden](h))\n    h = dropout(h, p)\n"
+    src = edit("gcn.gd", line, "    repeat 1 { h = relu(GCNConv[hidden](h)) } h = dropout(h, p)\n")
+    err, errors = compile_errors(tmp_path, capsys, src)
+    assert len(errors) == 1 and errors[0]["msg"] == "unexpected 'h', expected one of '}', newline or ';'", err
+    ok = tmp_path / "ok.gd"
+    ok.write_text(src.replace(") } h", ") }; h"))
+    assert main(["compile", str(ok), "--emit", "ir"]) == 0
+
+
 # ---- syntax errors that point at an opening bracket -------------------------
 def test_unterminated_paren_points_at_the_open_paren(tmp_path, capsys):
     src = edit("gcn.gd", "h = relu(GCNConv[hidden](h))", "h = relu(GCNConv[hidden](h)")

@@ -59,7 +59,7 @@ def _parser() -> Lark:
 
 
 _TOKEN_NAMES = {
-    "_NL": "newline", "NAME": "name", "NUMBER": "number", "CALLREF": "call reference (Layer#k)",
+    "_NL": "newline or ';'", "NAME": "name", "NUMBER": "number", "CALLREF": "call reference (Layer#k)",
     "STAGE": "stage keyword", "$END": "end of input", "PLUS": "'+'", "MINUS": "'-'",
     "MULOP": "operator", "LPAR": "'('", "RPAR": "')'", "LSQB": "'['", "RSQB": "']'",
     "LBRACE": "'{'", "RBRACE": "'}'", "COMMA": "','", "COLON": "':'", "EQUAL": "'='",
