@@ -225,6 +225,13 @@ def test_cd_r_checkpoint_carries_the_pipeline(tmp_path):
     assert r.returncode == 0, r.stderr
     curve = [[e["loss"] for e in json.loads(f.read_text())["epochs"]] for f in (full, with_ck, res)]
     assert curve[0] == curve[1] == curve[2]
+    # Libra's partition depends on --seed, and the pipeline holds its partial sums (was: an internal
+    # error in index_add_ at the first epoch resumed; helper-72)
+    r = gdsl("run", GCN, *plan, "--epochs", "7", "--resume", str(ck), "--seed", "7")
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+        f"gdsl: error: {ck}: cannot resume this checkpoint: it was written for another partition of the graph "
+        "(drawn with --seed 0, this run's with --seed 7), and its delayed aggregations hold that partition's "
+        "partial sums: resume with --seed 0"), r.stderr
 
 
 def test_resume_from_a_missing_checkpoint_is_a_clear_error(tmp_path):

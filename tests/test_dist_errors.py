@@ -433,6 +433,26 @@ def test_parts_written_for_another_graph_or_plan_are_refused(tmp_path, extra, me
 
 @pytest.mark.mpi
 @pytest.mark.skipif(not _has_mpi(), reason="needs mpi4py and mpiexec")
+def test_rank_files_of_two_partitions_are_refused(tmp_path):
+    """part-0 of one `gdsl partition`, part-1 of another (same program, graph,
+    P and plan; another --seed): was MPI's own "See the MPI_ERROR field"
+    after the forward exchange had moved rows by mismatched tables
+    (helper-72). The headers carry the partition's key; the ranks compare it."""
+    import shutil
+    for name, seed in (("a", "1"), ("b", "2")):
+        r = gdsl_here("partition", GCN, "--np", "2", "--partition", "rows(random)", "--seed", seed,
+                      "--out", str(tmp_path / name))
+        assert r.returncode == 0, r.stderr
+    mix = tmp_path / "a"
+    shutil.copy(tmp_path / "b" / "part-1.npz", mix / "part-1.npz")
+    r = gdsl_here("run", GCN, "--np", "2", "--parts", str(mix), "--epochs", "1")
+    assert r.returncode == 1 and errors(r) == [
+        f"gdsl: error: {mix}: part-1.npz belongs to another partition than part-0.npz (a directory refreshed in "
+        "part, or a stale copy): partition again with `gdsl partition`, or leave out --parts"], r.stderr
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(not _has_mpi(), reason="needs mpi4py and mpiexec")
 def test_foreign_launcher_partitions_each_graph_and_plan_apart_and_never_hangs(tmp_path):
     """Under mpiexec, .gdsl-parts/ was keyed by program and P only: a run on
     another --data or --partition reused the first partition (trained Cora

@@ -379,6 +379,22 @@ def part_path(directory: str | Path, rank: int) -> Path:
     return Path(directory) / f"part-{rank}.npz"
 
 
+def partition_key(parts: list[RankPart]) -> str:
+    """Which partition a set of rank files belongs to: a digest of every
+    rank's rows (owned first) and edges. Written into each file's header, so
+    the ranks can tell that their files were written together (a directory
+    refreshed in part, or a stale copy on one node, is refused before the
+    halo tables disagree), and recorded in a checkpoint, whose delayed
+    pipelines hold one partition's partial sums."""
+    import hashlib
+    h = hashlib.sha256()
+    for pr in parts:
+        h.update(np.array([pr.rank, pr.size, pr.n_own], np.int64).tobytes())
+        for a in (pr.gid, pr.eid):
+            h.update(np.ascontiguousarray(a, dtype=np.int64).tobytes())
+    return h.hexdigest()[:16]
+
+
 def save_part(pr: RankPart, directory: str | Path, meta: dict) -> Path:
     """Write one rank's file atomically (write, then rename); plain arrays only."""
     directory = Path(directory)

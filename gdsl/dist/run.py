@@ -74,7 +74,7 @@ def other_graph(was: str | None, now: str) -> str:
 
 def write_partition(prog, graph, spec, P: int, out: str | Path) -> dict:
     """Partition `graph` for `prog` (a gdsl.Program) over P ranks into `out`."""
-    from gdsl.dist.part import build_parts, save_part
+    from gdsl.dist.part import build_parts, partition_key, save_part
     from gdsl.runtime.binding import bind_dims, check_masks
 
     check_masks(prog.checked, graph)
@@ -84,7 +84,8 @@ def write_partition(prog, graph, spec, P: int, out: str | Path) -> dict:
     t0 = time.perf_counter()
     parts = build_parts(spec, g, P)
     meta = {"dims": dims, "program": program_key(prog.source, prog.overrides, prog.train_name),
-            "graph": graph_key(graph), "strategy": spec.describe(), "graph_name": graph.name}
+            "graph": graph_key(graph), "strategy": spec.describe(), "graph_name": graph.name,
+            "partition": partition_key(parts)}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("part-*.npz"):
@@ -203,8 +204,40 @@ def check_checkpoint(info: dict, directory: Path, size: int, identity: dict | No
         why = f"it was written for {what}" + (" (--data)" if what == "another graph" else "")
     elif _layout(was.get("plan")) != _layout(now["plan"]):
         why = f"it was written by plan {was.get('plan')}, this run's plan is {now['plan']} (give the same --partition/--delay)"
+    elif _delayed(now["plan"]) and None not in (was.get("partition"), now.get("partition")) \
+            and was["partition"] != now.get("partition"):
+        # cd-r's pipelines hold the partial sums of one partition's vertex copies (was: an
+        # internal error in index_add_ at the first epoch; helper-72)
+        drawn = (f"drawn with --seed {was.get('seed')}, this run's with --seed {now.get('seed')}"
+                 if was.get("seed") != now.get("seed") else "another `gdsl partition` of it")
+        why = (f"it was written for another partition of the graph ({drawn}), and its delayed aggregations hold "
+               f"that partition's partial sums" + (f": resume with --seed {was.get('seed')}"
+                                                   if was.get("seed") != now.get("seed") else ""))
     if why:
         raise GdslError(f"{directory}: cannot resume this checkpoint: {why}")
+
+
+def _delayed(plan) -> bool:
+    """Whether a plan (Spec.describe()) keeps state between epochs: cd-r, r > 0."""
+    return plan is not None and "(cd-" in str(plan) and "(cd-0)" not in str(plan)
+
+
+def same_partition(comm, pdir: Path, key: str | None) -> None:
+    """Every rank's file must belong to one partition (partition_key in the
+    headers): else the halo tables disagree, and the first exchange fails
+    with MPI's own error, or moves the wrong rows when the counts happen to
+    fit (helper-72). Files written before the key was recorded pass."""
+    from gdsl.dist.part import part_path
+    keys = [key]
+    if comm.size > 1:
+        with waiting("allgather of the partition files' keys"):
+            keys = comm.comm.allgather(key)
+    odd = [r for r, k in enumerate(keys) if k != keys[0]]
+    if odd:
+        names = ", ".join(part_path(pdir, r).name for r in odd[:4]) + (" ..." if len(odd) > 4 else "")
+        raise AllRanksError(f"{pdir}: {names} {'belongs' if len(odd) == 1 else 'belong'} to another partition "
+                            f"than {part_path(pdir, 0).name} (a directory refreshed in part, or a stale copy): "
+                            "partition again with `gdsl partition`, or leave out --parts")
 
 
 def check_resume(directory: Path, size: int, identity: dict | None, epochs: int | None = None) -> dict:
@@ -439,7 +472,9 @@ def run_rank(args: dict) -> int:
     part = load_part(pdir, rank, size, expect={"program": program_key(prog.source, prog.overrides, prog.train_name)})
     header = read_header(part_path(pdir, rank))
     dims = header["dims"]
+    same_partition(comm, pdir, header.get("partition"))
     identity = checkpoint_identity(prog, header.get("graph"), part.spec.describe())
+    identity.update(partition=header.get("partition"), seed=part.spec.seed)
     seed = args.get("seed", 0)
     model = make_model(prog, part, comm, dims, seed, args.get("backend") or "reference")
     opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
