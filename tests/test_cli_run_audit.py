@@ -207,3 +207,17 @@ def test_redistribute_without_r_a_is_redistribute_p_against_parts(tmp_path):
     _check_existing(tmp_path / "redistribute", 2, prog, cora, "redistribute")
     with pytest.raises(GdslError, match="but --partition asks for redistribute\\(1\\)"):
         _check_existing(tmp_path / "redistribute", 2, prog, cora, "redistribute(1)")
+
+
+def test_a_schedule_delay_refused_for_the_flag_plan_says_where_it_came_from(tmp_path):
+    """`delay = 3` in the schedule, `--partition rows(hash)` on the command
+    line: the refusal says the delay is the schedule's and that --delay 0
+    overrides it (was: the bare "delay = 3 applies to vertex_cut ... only";
+    helper-72). Refused in the launcher, before any rank starts."""
+    src = Path(GCN).read_text() + "\nschedule {\n    partition = vertex_cut\n    delay     = 3\n}\n"
+    p = tmp_path / "cd3.gd"
+    p.write_text(src)
+    r = gdsl_here("run", p, "--np", "2", "--partition", "rows(hash)", "--epochs", "1")
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+        "gdsl: error: delay = 3 applies to vertex_cut (DistGNN cd-r / 0c) only, not to rows(hash) (delay = 3 is "
+        "the schedule's hint; --delay 0 runs rows(hash) exactly)"), r.stderr

@@ -79,6 +79,7 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
                   "chooses the plan", file=sys.stderr)
         hint = None
     text = partition or hint
+    delay_from_hint = delay is None and sched.get("delay", 0) != 0
     if delay is None:
         delay = sched.get("delay", 0)
     if text is None:
@@ -103,7 +104,14 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
                     print(f"gdsl: partition = auto: the cost model chose {cand.name}{note}", file=sys.stderr)
                 return spec
             raise GdslError("partition = auto: no executable plan fits; name one with --partition")
-    spec = parse_spec(text, delay=delay, halo=halo, seed=seed)
+    try:
+        spec = parse_spec(text, delay=delay, halo=halo, seed=seed)
+    except GdslError as e:
+        if delay_from_hint and "applies to vertex_cut" in str(e):
+            # (was: no word of where the delay came from; helper-72)
+            raise GdslError(f"{e} (delay = {delay} is the schedule's hint; --delay 0 runs {text.strip()} "
+                            "exactly)") from None
+        raise
     if spec.strategy != "replicate":
         _refuse_unrunnable(spec, f"--partition {partition}" if partition else f"partition = {text} (the schedule's "
                            "hint)", _ranks_ir(prog, graph)[2], prog.file)
