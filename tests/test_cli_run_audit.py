@@ -221,3 +221,16 @@ def test_a_schedule_delay_refused_for_the_flag_plan_says_where_it_came_from(tmp_
     assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
         "gdsl: error: delay = 3 applies to vertex_cut (DistGNN cd-r / 0c) only, not to rows(hash) (delay = 3 is "
         "the schedule's hint; --delay 0 runs rows(hash) exactly)"), r.stderr
+
+
+@pytest.mark.parametrize("plan", ["vertex_cut", "replicate", "features"])
+def test_halo_on_a_plan_without_a_halo_exchange_is_refused(plan, tmp_path):
+    """--halo on a plan that exchanges no halo rows is refused as --delay on a
+    row plan is (was: accepted without a word, the label showing no halo;
+    helper-72). Refused in the launcher, before any rank starts."""
+    r = gdsl_here("run", GCN, "--np", "2", "--partition", plan, "--halo", "bcast", "--epochs", "1")
+    assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == (
+        f"gdsl: error: --halo bcast applies to the row plans (rows, edge_cut: how they exchange halo rows) only, "
+        f"not to {plan}"), r.stderr
+    r = gdsl_here("partition", GCN, "--np", "2", "--partition", plan, "--halo", "bcast", "--out", tmp_path / "p")
+    assert r.returncode == 1 and "--halo bcast applies to the row plans" in r.stderr, r.stderr

@@ -66,6 +66,7 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
     sched = prog.checked.schedule
     if not quiet:
         note_recorded_only(prog)
+    halo_given = halo is not None
     halo = halo or "alltoallv"   # --halo's default (None: not given)
     # `--partition auto` is what an absent flag means: the cost model over the schedule's hint
     if partition is not None and not partition.strip():
@@ -112,6 +113,10 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
             raise GdslError(f"{e} (delay = {delay} is the schedule's hint; --delay 0 runs {text.strip()} "
                             "exactly)") from None
         raise
+    if halo_given and spec.strategy != "rows":
+        # as --delay on a rows plan is (was: ignored without a word; helper-72)
+        raise GdslError(f"--halo {halo} applies to the row plans (rows, edge_cut: how they exchange halo rows) "
+                        f"only, not to {text.strip()}")
     if spec.strategy != "replicate":
         _refuse_unrunnable(spec, f"--partition {partition}" if partition else f"partition = {text} (the schedule's "
                            "hint)", _ranks_ir(prog, graph)[2], prog.file)
