@@ -234,3 +234,13 @@ def test_halo_on_a_plan_without_a_halo_exchange_is_refused(plan, tmp_path):
         f"not to {plan}"), r.stderr
     r = gdsl_here("partition", GCN, "--np", "2", "--partition", plan, "--halo", "bcast", "--out", tmp_path / "p")
     assert r.returncode == 1 and "--halo bcast applies to the row plans" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc")
+def test_a_parts_directory_that_cannot_be_made_says_so():
+    """(was: "/proc/nope: no such file", the errno of mkdir; helper-72)"""
+    for cmd in (("partition", GCN, "--np", "2", "--out", "/proc/nope"),
+                ("run", GCN, "--np", "2", "--parts", "/proc/nope", "--epochs", "1")):
+        r = gdsl_here(*cmd)
+        assert r.returncode == 1 and r.stderr.strip().splitlines()[-1].startswith(
+            "gdsl: error: /proc/nope: cannot create the directory ("), r.stderr

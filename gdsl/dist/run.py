@@ -87,7 +87,12 @@ def write_partition(prog, graph, spec, P: int, out: str | Path) -> dict:
             "graph": graph_key(graph), "strategy": spec.describe(), "graph_name": graph.name,
             "partition": partition_key(parts)}
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise   # a file where the directory goes: the CLI's own message
+    except OSError as e:   # was: "/proc/x: no such file" (helper-72)
+        raise GdslError(f"{out}: cannot create the directory ({e.strerror or e})") from None
     for old in out.glob("part-*.npz"):
         rank = old.stem.split("-", 1)[1]
         if rank.isdigit() and int(rank) >= P and _is_part_file(old):
