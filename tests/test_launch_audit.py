@@ -187,6 +187,13 @@ def children():
     def start(*argv: str, **kw) -> subprocess.Popen:
         p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *argv], **kw)
         procs.append(p)
+        # Popen returns once exec has closed its error pipe, which is before the
+        # kernel has set the new argv up: /proc/PID/cmdline can read empty for
+        # a moment (a loaded machine: seen once in a full run)
+        deadline = time.monotonic() + 10
+        while Path("/proc").is_dir() and not Path(f"/proc/{p.pid}/cmdline").read_bytes() \
+                and time.monotonic() < deadline:
+            time.sleep(0.005)
         return p
     yield start
     for p in procs:
