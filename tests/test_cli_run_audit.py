@@ -88,9 +88,11 @@ def test_the_ranks_get_the_run_flags():
     assert prog.overrides == {"hidden": 8}
 
 
-def test_np_must_match_the_ranks_a_foreign_launcher_started(monkeypatch):
-    """`mpiexec -n 2 gdsl run ... --np 3`: refused on every rank (no rank
-    waits in a collective for a third)."""
+@pytest.mark.parametrize("rank", [0, 1])
+def test_np_must_match_the_ranks_a_foreign_launcher_started(monkeypatch, capsys, rank):
+    """`mpiexec -n 2 gdsl run ... --np 3`: refused on every rank, said once,
+    by rank 0 (was: by every rank; helper-72), and before any collective (no
+    rank waits for a third)."""
     import types
 
     import mpi4py
@@ -100,15 +102,47 @@ def test_np_must_match_the_ranks_a_foreign_launcher_started(monkeypatch):
             return 2
 
         def Get_rank(self):
-            return 1
+            return rank
 
         def bcast(self, obj, root=0):
             raise AssertionError("no collective before the check")
     fake = types.SimpleNamespace(COMM_WORLD=Comm())
     monkeypatch.setitem(sys.modules, "mpi4py.MPI", fake)
     monkeypatch.setattr(mpi4py, "MPI", fake, raising=False)
-    with pytest.raises(GdslError, match=r"--np 3 but the launcher started 2 ranks"):
-        _run_as_rank(_args(np_=3), None, None)
+    assert _run_as_rank(_args(np_=3), None, None) == 1
+    said = "gdsl: error: --np 3 but the launcher started 2 ranks\n"
+    assert capsys.readouterr().err == (said if rank == 0 else "")
+
+
+def test_parts_for_other_ranks_under_a_foreign_launcher_names_the_launcher(monkeypatch, capsys, tmp_path):
+    """`mpiexec -n 2 gdsl run ... --parts D` with D written for 4 ranks and
+    no --np: the rank count came from the launcher (was: "but --np is 2";
+    helper-72)."""
+    import types
+
+    import mpi4py
+
+    from gdsl.dist.cli_run import choose_spec
+    from gdsl.dist.run import write_partition
+    from helpers import random_graph
+    prog, graph = gdsl.compile(GCN), random_graph()
+    write_partition(prog, graph, choose_spec(prog, graph, 4, "rows", None, None, 0, None), 4, tmp_path / "p4")
+
+    class Comm:
+        def Get_size(self):
+            return 2
+
+        def Get_rank(self):
+            return 0
+
+        def bcast(self, obj, root=0):
+            return obj
+    fake = types.SimpleNamespace(COMM_WORLD=Comm())
+    monkeypatch.setitem(sys.modules, "mpi4py.MPI", fake)
+    monkeypatch.setattr(mpi4py, "MPI", fake, raising=False)
+    assert _run_as_rank(_args(parts=str(tmp_path / "p4"), backend=None, resume=None), prog, graph) == 1
+    assert capsys.readouterr().err == \
+        f"gdsl: error: {tmp_path / 'p4'}: partitioned for 4 ranks, but the launcher started 2\n"
 
 
 # ---------------------------------------------------------------- around launch() (replaced: no MPI)

@@ -169,17 +169,17 @@ def worker_args(args, prog, parts: str) -> dict:
 
 
 def _check_existing(parts: Path, P: int, prog, graph, partition: str | None, delay=None,
-                    halo: str | None = None) -> dict:
+                    halo: str | None = None, ranks: str | None = None) -> dict:
     """The header of rank 0's file of a partition already in --parts, checked
     for this run: rank count, program, graph and (when given) --partition,
-    --delay and --halo."""
+    --delay and --halo. `ranks` says where P came from (default: --np)."""
     from gdsl.dist.run import graph_key, other_graph, program_key
     p0 = part_path(parts, 0)
     if not p0.exists():
         raise GdslError(f"{p0}: missing partition file for rank 0 (write them with `gdsl partition ... --out {parts}`)")
     h = read_header(p0)
     if h.get("size") != P:
-        raise GdslError(f"{parts}: partitioned for {h.get('size')} ranks, but --np is {P}")
+        raise GdslError(f"{parts}: partitioned for {h.get('size')} ranks, but {ranks or f'--np is {P}'}")
     if h.get("program") != program_key(prog.source, prog.overrides, prog.train_name):
         raise GdslError(f"{parts}: partitioned for another program (or other --set values); partition again")
     if h.get("graph") != (key := graph_key(graph)):
@@ -336,8 +336,10 @@ def _run_as_rank(args, prog, graph) -> int:
     from gdsl.dist.run import write_partition
     comm = MPI.COMM_WORLD
     size = comm.Get_size()
-    if args.np_ is not None and args.np_ != size:
-        raise GdslError(f"--np {args.np_} but the launcher started {size} ranks")
+    if args.np_ is not None and args.np_ != size:   # every rank sees it alike, rank 0 says it (was: each
+        if comm.Get_rank() == 0:                     # rank printed it; helper-72); no collective: none waits
+            print(f"gdsl: error: --np {args.np_} but the launcher started {size} ranks", file=sys.stderr)
+        return 1
     parts = args.parts or str(Path(".gdsl-parts") / _cache_name(args, prog, graph, size))
     err = None
     if comm.Get_rank() == 0:
@@ -345,7 +347,8 @@ def _run_as_rank(args, prog, graph) -> int:
             require_backend(getattr(args, "backend", None))
             check_outputs(args)
             if args.parts and part_path(parts, 0).exists():
-                _check_existing(Path(parts), size, prog, graph, args.partition, args.delay, args.halo)
+                started = f"--np is {size}" if args.np_ is not None else f"the launcher started {size}"
+                _check_existing(Path(parts), size, prog, graph, args.partition, args.delay, args.halo, started)
             elif not part_path(parts, 0).exists():
                 spec = choose_spec(prog, graph, size, args.partition, args.delay, args.halo, args.seed,
                                    args.mem_per_rank)
