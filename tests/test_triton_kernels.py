@@ -495,7 +495,7 @@ def test_kernel_source():
     assert "@triton.jit" in src and "@triton.autotune(configs=tuning.configs(\"aggregate\")" in src
     assert "wv = tl.load(w + e[:, None] * H + hh[None, :]" in src and "t = xv * wv" in src
     assert "xv + wv" not in src  # the message op is a constant of the text
-    assert "ta = tl.min(tl.where(t == tb[None, :], oe[:, None], end), axis=0)" in src
+    assert "ta = tl.min(tl.where(tl.where(nan[None, :], tn, t == tb[None, :]), oe[:, None], end), axis=0)" in src
     s = codegen.kernel_source("aggregate", msg="copy_src", reduce="sum", rscale=True, balanced=True)
     assert "def agg_copy_src_sum_none_rs_bal(" in s and "def agg_copy_src_sum_none_rs_bal_merge(" in s
     assert "tl.atomic" not in s

@@ -63,9 +63,11 @@ def matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     din = w.shape[0]
     dout = math.prod(w.shape[1:])
     rows = math.prod(x.shape[:-1])
-    if not _take(x, rows, din, dout):
-        return torch.tensordot(x, w, dims=1)
-    y = x.reshape(rows, din) @ _colmajor(w.reshape(din, dout))
+    w2 = w.reshape(din, dout)
+    # the product as tensordot computes it (reshapes around one mm), spelled with `@`, which
+    # torch.autocast casts (tensordot it does not: was "both inputs should have same dtype" under
+    # autocast(bfloat16) for a product of a product; helper-73)
+    y = x.reshape(rows, din) @ (_colmajor(w2) if _take(x, rows, din, dout) else w2)
     return y.reshape(tuple(x.shape[:-1]) + tuple(w.shape[1:]))
 
 

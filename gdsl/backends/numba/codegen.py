@@ -328,7 +328,10 @@ def gen_aggregate(msg: str, reduce: str, bcast: str = "none", *, wperm: bool = F
                  *_loop(m, m.head(0), [f"o[{ix}] = {m.expr(0)}", f"a[{ix}] = e0"]),
                  "for j in range(start + 1, end):",
                  *_ind(m.prologue(0, "j"), 4),
-                 *_ind(_loop(m, m.head(0), [f"t = {m.expr(0)}", f"if t {cmp} o[{ix}]:",
+                 # a NaN message wins (the first one) and stays, as NaN does in torch's amax / amin
+                 # (was: kept only when it came first in the row; helper-73)
+                 *_ind(_loop(m, m.head(0), [f"t = {m.expr(0)}",
+                                            f"if t {cmp} o[{ix}] or (t != t and o[{ix}] == o[{ix}]):",
                                             f"    o[{ix}] = t", f"    a[{ix}] = e0"]), 4)]
     L += _ind(body, 12)
     return name, "\n".join(L) + "\n"

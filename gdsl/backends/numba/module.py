@@ -284,7 +284,7 @@ class NumbaModule(ReferenceModule):
         self._features_given(x)
         if capturing():   # torch.export / jit.trace / torch.func: the reference's plain torch ops
             return self.plain_forward(x, *extra)
-        self.begin_forward(extra)   # the reference's checks and dropout mask key
+        self.begin_forward(extra, x)   # the reference's checks and dropout mask key
         return self.run_ops(x)
 
     def exec_op(self, op: Op, env: dict, x) -> None:

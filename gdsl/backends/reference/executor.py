@@ -145,12 +145,12 @@ def reshape_targets(module: Module) -> dict[Op, tuple[int, ...]]:
 
 
 def check_features(x, rows: int, shape, dtype: torch.dtype = torch.float32,
-                   device: torch.device | None = None) -> torch.Tensor:
+                   device: torch.device | None = None, convert: bool = True) -> torch.Tensor:
     """The features a caller passes to the module (`model(x)`): a tensor of the
     graph's rows and the declared feature shape, of the params' dtype (float32
     unless the module was converted, e.g. `model.double()`; an integer or bool
     tensor is converted; another float dtype is refused, as torch's own layers
-    do)."""
+    do). `convert=False`: only the checks (x is returned as it is)."""
     want = [rows] + [int(d) for d in shape]
     if not isinstance(x, torch.Tensor):
         raise GdslError(f"the model's input must be a torch.Tensor of shape {want}, got {type(x).__name__}")
@@ -170,7 +170,7 @@ def check_features(x, rows: int, shape, dtype: torch.dtype = torch.float32,
             raise GdslError(f"the model's input must be {name} (the params' dtype), got {x.dtype}; "
                             f"use x.to(torch.{name})")
         return x
-    return x.to(dtype)
+    return x.to(dtype) if convert else x
 
 
 class LayerParams(nn.Module):
@@ -275,6 +275,11 @@ class ReferenceModule(nn.Module):
             if op.name == "param":
                 scope, _, pname = op.attrs["name"].rpartition(".")
                 holder = self if not scope else self._holder(scope)
+                if hasattr(holder, pname) and pname not in holder._parameters:
+                    # (was: torch's raw KeyError "attribute 'type' already exists"; helper-73)
+                    at = f" (at {op.span})" if op.span.known else ""
+                    raise GdslError(f"param '{pname}'{at} has the name of an attribute of the torch module that "
+                                    f"holds it ({type(holder).__name__}.{pname}); rename the param")
                 shape = tuple(int(d) for d in op.result.type.shape)
                 p = nn.Parameter(init_param(shape, op.attrs["init"]))
                 holder.register_parameter(pname, p)
@@ -423,6 +428,11 @@ class ReferenceModule(nn.Module):
         if dtype not in (torch.float32, torch.float64):
             raise GdslError(f"a gdsl module runs in float32 or float64 (model.float(), model.double()), "
                             f"not {str(dtype).removeprefix('torch.')}; the params are unchanged")
+        if (ints := fn(torch.zeros(0, dtype=torch.int64))).dtype != torch.int64:
+            # Module.type(torch.float64) casts every tensor: the graph's index buffers stay integers, so it
+            # is model.double() (was: float64 edge indices, then torch's index_select error; helper-73)
+            cast = fn
+            fn = lambda t: cast(t) if t.is_floating_point() else t.to(ints.device)  # noqa: E731
         super()._apply(fn, recurse)
         self._hoist_cache = None   # computed in the old dtype or on the old device
         if hasattr(self, "_consts"):
@@ -432,6 +442,16 @@ class ReferenceModule(nn.Module):
             self._spmm = {k: _apply_to(fn, a) for k, a in getattr(self, "_spmm", {}).items()}
             self._converted()
         return self
+
+    def to_empty(self, *, device, recurse: bool = True):
+        """Refused: it would leave the graph's data uninitialised (the edge
+        indices and compiled constants are not in the state_dict, so
+        load_state_dict cannot restore them; was: wrong numbers or an
+        IndexError at the next call; helper-73)."""
+        raise GdslError("a gdsl module cannot take to_empty(): the graph's data it holds (edges, constants) is not "
+                        "in the state_dict, so it would stay uninitialised; build the module with "
+                        "prog.module(graph), move it with model.to(device), then load_state_dict; the module is "
+                        "unchanged")
 
     def _converted(self) -> None:
         """Hook: drop caches derived from the constants after `_apply`."""
@@ -448,7 +468,7 @@ class ReferenceModule(nn.Module):
             return self.plain_forward(x, *extra)
         if compiling():   # dynamo takes no sparse CSR matrix (nor OrderedLinear's): the plain form, traced whole
             return self._plain_ops(x, extra)
-        self.begin_forward(extra)
+        self.begin_forward(extra, x)
         return self.run_ops(x)
 
     def run_ops(self, x) -> torch.Tensor:
@@ -576,7 +596,7 @@ class ReferenceModule(nn.Module):
         """The ops by `run_op` in order; `scalars_only`: only those whose operands are
         python numbers (constants), for `_scalar`, with no forward's bookkeeping."""
         if not scalars_only:
-            self.begin_forward(extra)
+            self.begin_forward(extra, x)
         env: dict[Value, object] = {}
         for op in self.ir.main.ops:
             if scalars_only and (op.name not in _UNARY and op.name not in _BINARY and op.name != "const"
@@ -760,10 +780,13 @@ class ReferenceModule(nn.Module):
             return self.gather(m, "sum", "dst")
         raise NotImplementedError(f"reference backend cannot run op '{n}' (was the module optimised?)")
 
-    def begin_forward(self, extra: tuple = ()) -> None:
+    def begin_forward(self, extra: tuple = (), x=None) -> None:
         """What every backend's forward does first: refuse PyG-style extra
         arguments, run the layers' forward pre-hooks (`LayerParams`), let the
-        constants follow params loaded in another dtype, count the step."""
+        constants follow params loaded in another dtype, check the features
+        `x` the caller passed, count the step. A forward refused here has
+        counted no step, so it changes no later dropout mask (was: a refused
+        `model(x)` advanced the step; helper-73)."""
         if extra:
             raise GdslError(f"a gdsl module is bound to its graph by prog.module(graph) and takes only the "
                             f"features: model(x) or model(); got {1 + len(extra)} arguments (for another graph "
@@ -773,6 +796,9 @@ class ReferenceModule(nn.Module):
                 for hook in list(holder._forward_pre_hooks.values()):
                     hook(holder, ())   # was: never run, so a pruned weight was never recomputed
         self._follow_params()
+        if x is not None and self.feature_input is not None:
+            check_features(x, self.gd.graph.num_nodes, self._feature_shape, self.dtype, self.input_device,
+                           convert=False)
         if self.training:   # (an eval forward calls nothing eager: torch.compile(fullgraph=True) takes it whole)
             self.count_step()
 

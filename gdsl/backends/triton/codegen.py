@@ -171,11 +171,17 @@ def _agg_source(msg: str, reduce: str, bcast: str, xscale: bool, rscale: bool, b
     expr = {"copy_src": "xv", "copy_edge": "wv"}.get(msg) or f"xv {_OPSYM[msg]} wv"
     loop.append(f"t = {expr}")
     if maxmin:
+        # torch's amax / amin: a NaN message wins (the first one, here; a max reduction may drop NaN),
+        # and a row of only -inf (max) or +inf (min) messages is that value, not the empty row's 0
+        # (was: 5 for max(5, NaN), 0 for max(-inf); helper-73). The first tile of a row always has a
+        # slot in it (j < end), so `best < 0` takes the tile's best whatever it is.
         loop += [f"t = tl.where(m2, t, {init})",
-                 f"tb = {red}(t, axis=0)",
-                 "# the first slot holding the tile's best; strict comparison: the first tile wins ties",
-                 "ta = tl.min(tl.where(t == tb[None, :], oe[:, None], end), axis=0)",
-                 f"better = tb {cmp} acc",
+                 "tn = t != t",
+                 "nan = tl.max(tn.to(tl.int32), axis=0) > 0",
+                 f"tb = tl.where(nan, float(\"nan\"), {red}(t, axis=0))",
+                 "# the first slot holding the tile's best (or NaN); strict comparison: the first tile wins ties",
+                 "ta = tl.min(tl.where(tl.where(nan[None, :], tn, t == tb[None, :]), oe[:, None], end), axis=0)",
+                 f"better = ((tb {cmp} acc) | (best < 0) | nan) & (acc == acc)",
                  "acc = tl.where(better, tb, acc)",
                  "best = tl.where(better, ta, best)"]
     else:
@@ -234,8 +240,9 @@ def _merge_source(name: str, reduce: str, rscale: bool) -> list[str]:
     loop = [f"v = tl.load(part + p * F + offs_f, mask=fm, other={init})"]
     if maxmin:
         cmp = ">" if reduce == "max" else "<"
+        # as the segments' pass: the first segment's value whatever it is, NaN wins
         loop += ["a = tl.load(part_arg + p * F + offs_f, mask=fm, other=-1)",
-                 f"better = v {cmp} acc",
+                 f"better = ((v {cmp} acc) | ((best < 0) & (a >= 0)) | (v != v)) & (acc == acc)",
                  "acc = tl.where(better, v, acc)",
                  "best = tl.where(better, a, best)"]
     else:
@@ -390,7 +397,7 @@ def _gat_source() -> str:
         "        l = l * rescale + tl.sum(p, axis=0)",
         "        o = o * rescale + tl.sum(p * zv, axis=0)",
         "        m = mn",
-        "    has = l > 0",
+        "    has = tl.zeros([BLOCK_F], dtype=tl.int64) + end > start   # (was l > 0: a NaN score gave 0; helper-73)",
         "    tl.store(out + v * F + offs_f, tl.where(has, o / tl.where(has, l, 1.0), 0.0), mask=fm)",
         "    # log-sum-exp per (v, h) for the backward (l >= 1 where the row has edges)",
         "    tl.store(lse + v * H + hh, tl.where(has, m + tl.log(tl.maximum(l, 1.0)), 0.0),",

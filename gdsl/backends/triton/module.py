@@ -213,7 +213,7 @@ class TritonModule(ReferenceModule):
         return out
 
     def _run(self, x, extra: tuple):
-        self.begin_forward(extra)   # the reference's checks and dropout mask key
+        self.begin_forward(extra, x)   # the reference's checks and dropout mask key
         return self.run_ops(x)
 
     def exec_op(self, op: Op, env: dict, x) -> None:
