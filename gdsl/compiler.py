@@ -60,10 +60,13 @@ def read_source(path: str | Path) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data[: e.start].count(b"\n") + 1
+        # the column of the first bad byte, in characters (the line is valid UTF-8 before it; was column 1;
+        # helper-74); no source echo, as for a NUL byte: the line is not text
+        col = len(data[data.rfind(b"\n", 0, e.start) + 1: e.start].decode("utf-8")) + 1
         what = "input is not UTF-8 text"
         if data.startswith(b"PK\x03\x04") or data.startswith(b"\x93NUMPY"):   # (was the bare line; helper-70)
             what += " (it is a zip archive or .npy array: data? `gdsl run PROGRAM.gd --data FILE`)"
-        raise CompileError([Diagnostic(Span(line, 1, line, 2, file), what)]) from None
+        raise CompileError([Diagnostic(Span(line, col, line, col + 1, file), what)]) from None
     return normalize_text(text)
 
 

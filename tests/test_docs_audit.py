@@ -23,3 +23,17 @@ def test_axis_counts_are_english():
     two = GCN.replace("input X : vertex f32[F]", "input X : vertex f32[F, 2]", 1)
     with pytest.raises(gdsl.CompileError, match=r"with shape \[din\] \(1 feature axis\), got \[F, 2\]"):
         gdsl.compile(two)
+
+
+def test_the_pass_lists_in_the_docs_are_the_pipeline():
+    """docs/architecture.md's `gdsl passes` block and pipeline diagram, and
+    docs/cli.md's count, left out mark-invariant (helper-74)."""
+    from helpers import gdsl_here
+    out = gdsl_here("passes").stdout
+    arch = (ROOT / "docs" / "architecture.md").read_text()
+    block = arch.split("$ gdsl passes\n", 1)[1].split("```", 1)[0]
+    assert block == out
+    names = [ln.split()[0] for ln in out.splitlines()]
+    assert "─lower─▶ IR\n    IR " + "".join(f"─{n}─▶ " for n in names[1:]) + "optimised IR" in arch
+    words = {8: "eight", 9: "nine", 10: "ten"}
+    assert f"(`lower` and the {words[len(names) - 1]} passes)" in (ROOT / "docs" / "cli.md").read_text()

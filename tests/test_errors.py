@@ -86,7 +86,7 @@ CASES = [
      "param 'dout' has the name of the layer's static argument 'dout'; rename one"),
     ("layer-named-like-a-builtin", "sage.gd", "model SAGE[",
      "layer relu(h: [d]) -> [d] {\n    apply o = h\n    return o\n}\n\nmodel SAGE[",
-     "19:1", "layer 'relu' has the name of a builtin function; rename the layer"),
+     "19:7", "layer 'relu' has the name of a builtin function; rename the layer"),   # at the name (helper-74)
     ("duplicate-param", "gcn.gd", "    param b : f32[dout] = zeros\n",
      "    param b : f32[dout] = zeros\n    param W : f32[din] = zeros\n", "10:5", "param 'W' is declared twice"),
     ("duplicate-train-block", "gcn.gd", "train cora {", "train cora {\n    loss = nll(Y)\n}\ntrain cora {",
@@ -96,7 +96,7 @@ CASES = [
     ("unknown-graph-option", "gcn.gd", "(self_loops, symmetric)", "(self_loops, undirected)",
      "2:22", "unknown graph option 'undirected' (expected one of self_loops, symmetric)"),
     ("unknown-input-domain", "gcn.gd", "input X : vertex", "input X : node",
-     "3:1", "unknown domain 'node' for input 'X'"),
+     "3:11", "unknown domain 'node' for input 'X'"),   # at the word (helper-74)
     ("unknown-element-type", "gcn.gd", "input X : vertex f32", "input X : vertex f64",
      "3:18", "unknown element type 'f64'"),
     # ---- stage rules
@@ -571,7 +571,11 @@ def test_binary_file(tmp_path, capsys):
 def test_non_utf8_file(tmp_path, capsys):
     data = (PROGRAMS / "gcn.gd").read_bytes().replace(b"(Kipf", b"(K\xefpf")
     err, errors = compile_errors(tmp_path, capsys, data)
-    assert errors[0]["line"] == "1" and "not UTF-8" in errors[0]["msg"]
+    # the bad byte's column (was 1; helper-74): "# Two-layer GCN (K" is 18 characters before it
+    assert (errors[0]["line"], errors[0]["col"]) == ("1", "19") and "not UTF-8" in errors[0]["msg"]
+    # in characters: a valid two-byte "é" before the bad byte counts once
+    err, errors = compile_errors(tmp_path, capsys, b"graph G\n# caf\xc3\xa9 \xe9\n")
+    assert (errors[0]["line"], errors[0]["col"]) == ("2", "8")
 
 
 @pytest.mark.parametrize("opener, closer", [("(", ")"), ("[", "]")])

@@ -135,6 +135,12 @@ class OrderHint(Stmt):
 @dataclass
 class Decl(Node):
     name: str
+    # the name's own span, for an error about the name (unset: the declaration's span)
+    name_span: Span = field(default=NO_SPAN, repr=False, compare=False, kw_only=True)
+
+    @property
+    def name_at(self) -> Span:
+        return self.name_span if self.name_span.known else self.span
 
 
 @dataclass
@@ -146,6 +152,7 @@ class GraphDecl(Decl):
 class InputDecl(Decl):
     domain: str
     type: TypeSpec
+    domain_span: Span = field(default=NO_SPAN, repr=False, compare=False, kw_only=True)
 
 
 @dataclass

@@ -208,7 +208,9 @@ class Checker:
             return
         self.define(d.name, "input", d.span)
         if d.domain not in ("vertex", "edge"):
-            self.diags.error(d.span, f"unknown domain '{d.domain}' for input '{d.name}' (expected vertex or edge)")
+            # at the word (was: the whole declaration; helper-74)
+            self.diags.error(d.domain_span if d.domain_span.known else d.span,
+                             f"unknown domain '{d.domain}' for input '{d.name}' (expected vertex or edge)")
         if d.type.dtype not in DTYPES:
             self.diags.error(d.type.span, f"unknown element type '{d.type.dtype}' (expected f32 or label)")
         elif d.type.dtype == "label":

@@ -324,7 +324,7 @@ class Lowerer:
                 env[name] = Binding(pv, kind="poison")
         for name, layer in self.prog.layers.items():
             if name in BUILTIN_FNS:
-                self.diags.error(layer.span, f"layer '{name}' has the name of a builtin function; rename the layer")
+                self.diags.error(layer.name_at, f"layer '{name}' has the name of a builtin function; rename the layer")
         cfg = self.prog.train
         if cfg is not None and cfg.model:
             model = self.prog.models[cfg.model]
@@ -798,7 +798,9 @@ class Lowerer:
             self.error(e.span, f"{side}.{e.attr} is read in a scatter statement only")
         if e.attr == "degree":
             b = sc.env.get("degree")
-            if b is None or b.kind != "arg":  # a tensor named degree shadows the builtin
+            # a tensor of the layer named degree (its argument, or a local defined before) shadows the
+            # builtin (was: the argument only, so a local was silently not read; helper-74)
+            if b is None or b.kind not in ("arg", "scatter", "gather", "transform", "sync", "apply"):
                 deg = self.emit(sc, "degree", [], {}, e.span, "degree")
                 return self.emit(sc, side, [deg], {}, e.span)
         if not any(e.attr in names for names in (sc.env, self.prog.inputs, self.prog.masks, self.prog.layers)):
@@ -812,6 +814,9 @@ class Lowerer:
 
     def call(self, e: ast.Call, sc: _Scope) -> Value:
         f = e.func
+        name = f.base if isinstance(f, ast.Index) else f
+        if isinstance(name, ast.Name) and name.id in self.prog.layers and name.id in BUILTIN_FNS:
+            raise _Bail   # a layer named like a builtin is reported at its name: no error at each call (helper-74)
         if isinstance(f, ast.Index) and isinstance(f.base, ast.Name) and f.base.id in self.prog.layers:
             return self.layer_call(f.base.id, f.args, f.kwargs, e, sc)
         if isinstance(f, ast.Name) and f.id in self.prog.layers:
@@ -973,15 +978,16 @@ class Lowerer:
             want = self.shape(layer.result, lenv)
         except _Bail:
             return None
-        if len(want) != len(out.type.shape) or not all(same_dim(a, b) for a, b in zip(want, out.type.shape)):
-            ret = next((s for s in layer.body if isinstance(s, ast.Return)), layer)
-            self.diags.error(ret.span, f"{layer.name} returns {fmt_shape(out.type.shape)} but declares -> "
-                             f"{_fmt_decl(layer.result)} = {fmt_shape(want)}")
-            return None
+        ret = next((s for s in layer.body if isinstance(s, ast.Return)), layer)
+        # what it returns, then its shape (was: a param of another shape was told only about its shape,
+        # as if a reshape would do; helper-74)
         if out.type.domain != "vertex":   # at the return (was: at the layer's header)
-            ret = next((s for s in layer.body if isinstance(s, ast.Return)), layer)
             what = {"param": "a param", "edge": "an edge tensor", "scalar": "a scalar"}.get(out.type.domain)
             self.diags.error(ret.span, f"{layer.name} must return a vertex tensor" + (f", not {what}" if what else ""))
+            return None
+        if len(want) != len(out.type.shape) or not all(same_dim(a, b) for a, b in zip(want, out.type.shape)):
+            self.diags.error(ret.span, f"{layer.name} returns {fmt_shape(out.type.shape)} but declares -> "
+                             f"{_fmt_decl(layer.result)} = {fmt_shape(want)}")
             return None
         func.results = [out]
         self.funcs[func.name] = func

@@ -391,7 +391,8 @@ class _ToAst(Transformer):
 
     @v_args(meta=True)
     def input_decl(self, meta, c):
-        return ast.InputDecl(str(c[0]), str(c[1]), c[2], span=self._span(meta))
+        return ast.InputDecl(str(c[0]), str(c[1]), c[2], span=self._span(meta), name_span=self._tspan(c[0]),
+                             domain_span=self._tspan(c[1]))
 
     @v_args(meta=True)
     def mask_decl(self, meta, c):
@@ -419,7 +420,7 @@ class _ToAst(Transformer):
         body = rest.pop()
         result = rest.pop()
         args = rest
-        return ast.LayerDecl(name, static, args, result, body, span=self._span(meta))
+        return ast.LayerDecl(name, static, args, result, body, span=self._span(meta), name_span=self._tspan(c[0]))
 
     @v_args(meta=True)
     def model_decl(self, meta, c):

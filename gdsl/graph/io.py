@@ -5,6 +5,7 @@ refused. Every problem is reported with the file name and what is wrong.
 """
 from __future__ import annotations
 
+import errno
 import os
 import warnings
 import zipfile
@@ -91,6 +92,11 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
     where = str(p)
     if split < 0:
         raise GdslError(f"{where}: split {split} is not available (splits count from 0)")
+    try:
+        os.stat(p)
+    except OSError as e:   # a symlink loop, a path through a file, no permission: said as it is (helper-74)
+        if e.errno not in (errno.ENOENT, errno.ENOTDIR):
+            raise GdslError(f"{where}: {(e.strerror or str(e)).lower()}") from None
     if not p.exists():
         # a bare name that is not a path: say which names are built in (was: only "actor: no such file")
         hint = (f" (the built-in data sets are {' and '.join(BUILTIN)}; other data is a path to an .npz file)"

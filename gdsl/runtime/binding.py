@@ -96,7 +96,7 @@ def bind_dims(prog: CheckedProgram, graph: Graph, given: dict[str, int] | None =
         at = f" (at {d.span})" if getattr(d, "span", None) is not None and d.span.line else ""
         if len(shape) != data.dim() - 1:
             raise GdslError(f"{graph.source or graph.name}: input '{name}' is declared with {len(shape)} feature "
-                            f"axes{at}, the data has shape {list(data.shape)}")
+                            f"ax{'i' if len(shape) == 1 else 'e'}s{at}, the data has shape {list(data.shape)}")
         for axis, (dexpr, size) in enumerate(zip(shape, data.shape[1:]), 1):
             if int(size) == 0:
                 raise GdslError(f"{graph.source or graph.name}: input '{name}' has an empty feature axis (its data "
