@@ -154,3 +154,29 @@ model M {{ return L[2](X) }}
     with pytest.raises(GdslError, match=rf"param '{name}' \(at <input>:4:5\) has the name of an attribute of the "
                                         rf"torch module that holds it \(LayerParams\.{name}\); rename the param"):
         prog.module(random_graph(n=12, e=30, f=5))
+
+
+def test_graph_conversions_name_what_is_wrong():
+    """helper-73's nits: from_pyg of a bare edge_index said "got none";
+    from_dgl with a feature_key the graph lacks gave features=None without a
+    word; masks={"train": None} was "object arrays are not accepted" while
+    train_mask=None is accepted; == between graphs raised torch's "Boolean
+    value of Tensor ... is ambiguous"."""
+    import types
+
+    ei = torch.tensor([[0, 1], [1, 2]])
+    with pytest.raises(GdslError, match=r"expected a torch_geometric.data.Data, got a Tensor \(for an edge_index "
+                                        r"alone: gdsl.Graph.from_edges"):
+        gdsl.Graph.from_pyg(ei)
+
+    class NData(dict):
+        pass
+    nd = NData(feat=torch.zeros(3, 2), label=torch.tensor([0, 1, 0]))
+    g = types.SimpleNamespace(edges=lambda: (ei[0], ei[1]), ndata=nd, num_nodes=lambda: 3)
+    assert gdsl.Graph.from_dgl(g).features.shape == (3, 2)
+    with pytest.raises(GdslError, match=r"feature_key='feats', but g.ndata has no 'feats' \(it has: feat, label\)"):
+        gdsl.Graph.from_dgl(g, feature_key="feats")
+    a = gdsl.Graph.from_edges([0, 1], [1, 2], 3, masks={"train": None, "val": [True, False, True]})
+    assert set(a.masks) == {"val"}
+    b = copy.deepcopy(a)
+    assert a == a and a != b and len({a, b}) == 2

@@ -21,7 +21,7 @@ from gdsl.diagnostics import GdslError
 MAX_CLASSES = 2 ** 24
 
 
-@dataclass
+@dataclass(eq=False)   # a graph is equal to itself only (was: == raised on tensor fields; helper-73)
 class Graph:
     src: torch.Tensor
     dst: torch.Tensor
@@ -106,7 +106,7 @@ class Graph:
                 raise GdslError(f"{where}: {what} must be a dict of name -> tensor, got {type(d).__name__}")
             if d is not None and any(not isinstance(k, str) for k in d):
                 raise GdslError(f"{where}: the names in {what} must be strings, got {[k for k in d if not isinstance(k, str)]}")
-        all_masks = dict(masks or {})
+        all_masks = {k: v for k, v in (masks or {}).items() if v is not None}   # None: not given, as train_mask=None
         for k, v in (("train", train_mask), ("val", val_mask), ("test", test_mask)):
             if v is not None:
                 if k in all_masks:   # (was: {k}_mask kept, masks[k] dropped silently)
@@ -128,6 +128,10 @@ class Graph:
                             "for arrays)")
         src, dst = g.edges()
         nd = g.ndata
+        for what, key, default in (("feature_key", feature_key, "feat"), ("label_key", label_key, "label")):
+            if key != default and key not in nd.keys():   # asked for by name: not silently None (helper-73)
+                raise GdslError(f"dgl graph: {what}={key!r}, but g.ndata has no '{key}' (it has: "
+                                f"{', '.join(sorted(nd.keys())) or 'nothing'})")
         masks = {k[: -len("_mask")]: nd[k] for k in nd.keys() if k.endswith("_mask")}
         return cls.from_edges(src, dst, g.num_nodes(), features=nd.get(feature_key), labels=nd.get(label_key),
                               masks=masks, name="dgl")
@@ -144,6 +148,9 @@ class Graph:
         if isinstance(data, dict):   # (was: "edge_index must be a [2, E] tensor ..., got none" for a dict holding one)
             raise GdslError("pyg data: expected a torch_geometric.data.Data, got a dict (build one: "
                             "torch_geometric.data.Data(**d), or use gdsl.Graph.from_edges)")
+        if isinstance(data, (torch.Tensor, np.ndarray)):   # (was: "..., got none"; helper-73)
+            raise GdslError(f"pyg data: expected a torch_geometric.data.Data, got a {type(data).__name__} (for an "
+                            "edge_index alone: gdsl.Graph.from_edges(edge_index[0], edge_index[1], num_nodes, ...))")
         ei = getattr(data, "edge_index", None)
         if isinstance(ei, np.ndarray) and ei.ndim == 2 and ei.shape[0] == 2:
             ei = torch.from_numpy(ei)   # (was: "must be a [2, E] tensor ..., got shape [2, E]")
