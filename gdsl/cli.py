@@ -298,7 +298,9 @@ def cmd_plan(args, parser) -> int:
     if lowered.attrs.get("schedule", {}).get("partition") not in (None, "auto"):
         # the whole pipeline: a partition hint the ranks would refuse is its error
         # (`compiler._partition_hint_errors`; was: "`gdsl run --np P` executes ...")
-        compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser), train=args.train)
+        # (with the rank count: what redistribute(R_A < P) cannot run too; helper-75)
+        compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser), train=args.train,
+                       ranks=args.np_)
     mem = _mem_per_rank(args, parser)
     from gdsl.cost.profile import describe_profile, load_profile
     profile = load_profile(args.profile)

@@ -168,7 +168,7 @@ def _other_reader(module: Module, scope: str) -> str | None:
     return None
 
 
-def _partition_hint_errors(checked: CheckedProgram, module: Module) -> list[Diagnostic]:
+def _partition_hint_errors(checked: CheckedProgram, module: Module, ranks: int | None = None) -> list[Diagnostic]:
     """The schedule's partition (and delay) hint checked as the ranks check it
     (`dist.support.check_supported`, `check_delay`) on the optimised IR: a hint
     the ranks would refuse is a compile error at the hint (was: it compiled,
@@ -189,8 +189,9 @@ def _partition_hint_errors(checked: CheckedProgram, module: Module) -> list[Diag
         op = getattr(e, "op", None)   # the op the ranks refuse: where the program wrote it
         notes = (Diagnostic(op.span, "this is the op", "note"),) if op is not None and op.span.line > 0 else ()
         return [Diagnostic(span, message, notes=notes)]
-    try:
-        check_supported(spec.strategy, module)
+    from gdsl.planning import _replicas
+    try:   # (with --np: what redistribute(R_A < P) cannot run too; helper-75)
+        check_supported(spec.strategy, module, replicas=_replicas(spec, ranks) if ranks else None, P=ranks)
     except GdslError as e:   # its message names the partition: "partition = rows_replicated cannot run op ..."
         return refused(spans["partition"], str(e), e)
     try:
@@ -254,7 +255,7 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
         if errors := _unapplied_reorders(asked, module, declined):
             raise CompileError(errors, source)
     if stop_after is None and "fuse" in ran:
-        if errors := _partition_hint_errors(checked, module):
+        if errors := _partition_hint_errors(checked, module, ranks):
             raise CompileError(errors, source)
     if stop_after is None and ctx.options.get("order_hoist_dependent"):
         module.mask_keys = mask_keys(module, lambda: compile_source(

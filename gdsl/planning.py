@@ -105,6 +105,11 @@ def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float |
     return Plan(pb, choice, widths, profile, hinted)
 
 
+def _replicas(spec, P: int):
+    """redistribute's R_A (its argument; none given: P), else None."""
+    return (P if spec.arg is None else int(spec.arg)) if spec.strategy == "redistribute" else None
+
+
 def first_runnable(choice: Choice, P: int, optimised: Callable[[int | str], Module], approximate: bool = False,
                    delay=0, halo: str = "alltoallv", seed: int = 0):
     """The fastest candidate of `choice` that `gdsl run --np P` executes, with
@@ -124,7 +129,7 @@ def first_runnable(choice: Choice, P: int, optimised: Callable[[int | str], Modu
             continue
         try:
             spec = parse_spec(text, delay=delay if text.startswith("vertex_cut") else 0, halo=halo, seed=seed)
-            check_supported(spec.strategy, optimised(spec.delay))
+            check_supported(spec.strategy, optimised(spec.delay), replicas=_replicas(spec, P), P=P)
             check_delay(spec.delay, optimised(spec.delay))
         except GdslError:
             continue

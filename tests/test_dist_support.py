@@ -142,3 +142,46 @@ def test_a_learned_edge_factor_and_an_endpoint_read_are_named_as_written():
     for module in (fused, mean, unfused):
         check_supported("rows", module)
         check_supported("vertex_cut", module)
+
+
+# ---- redistribute(R_A < P) and a hinted backward order (helper-75)
+_BWD_HINT = "schedule {\n    %s\n    order GCNConv#2 = sparse_first(backward = sparse_first)\n}\n"
+
+
+def _gcn_with(lines: str) -> str:
+    return (ROOT / "programs" / "gcn.gd").read_text() + _BWD_HINT % lines
+
+
+def test_a_partition_hint_redistribute_below_p_with_a_backward_hint_is_a_compile_error_with_np():
+    """The ranks run autograd's own backward order for R_A < P; was: `gdsl
+    compile --np 4`, `gdsl plan` and `gdsl partition` accepted it, and the
+    ranks refused it after the graph was partitioned. R_A = P runs it."""
+    from gdsl.compiler import compile_source
+    src = _gcn_with("partition = redistribute(2)")
+    g = gdsl.load_graph("cora")
+    dims = {"F": 1433, "C": 7, "N": g.num_nodes}
+    with pytest.raises(gdsl.CompileError) as e:
+        compile_source(src, "h.gd", dims=dims, ranks=4, edges=g.num_edges)
+    [d] = e.value.diagnostics
+    assert (d.span.line, d.message.split(" cannot run")[0]) == (33, "partition = redistribute(2)")
+    assert "is not implemented for redistribute(2) (R_A < P), which runs autograd's own backward order" in d.message
+    compile_source(src, "h.gd", dims=dims)   # no rank count: nothing to refuse yet
+    compile_source(_gcn_with("partition = redistribute(4)"), "h.gd", dims=dims, ranks=4, edges=g.num_edges)
+
+
+def test_plan_partition_and_auto_leave_out_redistribute_below_p_for_a_backward_hint(tmp_path):
+    from gdsl.dist.cli_run import choose_spec
+    from helpers import gdsl_here
+    f = tmp_path / "h.gd"
+    f.write_text(_gcn_with("partition = redistribute(2)"))
+    r = gdsl_here("plan", f, "--data", "cora", "--np", "4")
+    assert r.returncode == 1 and "partition = redistribute(2) cannot run %t_1 (GCNConv_2)" in r.stderr
+    f.write_text(_gcn_with("delay = 0"))
+    r = gdsl_here("partition", f, "--np", "4", "--partition", "redistribute(2)", "--out", tmp_path / "parts")
+    assert r.returncode == 1 and "--partition redistribute(2): partition = redistribute(2) cannot run" in r.stderr
+    assert not (tmp_path / "parts").exists()   # refused before partitioning
+    prog, g = gdsl.compile(f), gdsl.load_graph("cora")
+    # the cost model's fastest at P = 16 is redistribute(R_A=2): auto takes the fastest the ranks run
+    r = gdsl_here("plan", f, "--data", "cora", "--np", "16")
+    assert "choice: redistribute(R_A=2" in r.stdout and "runs: the ranks cannot run redistribute(R_A=2" in r.stdout
+    assert choose_spec(prog, g, 16, None, None, None, 0, quiet=True).strategy != "redistribute"

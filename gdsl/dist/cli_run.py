@@ -119,7 +119,7 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
                         f"only, not to {text.strip()}")
     if spec.strategy != "replicate":
         _refuse_unrunnable(spec, f"--partition {partition}" if partition else f"partition = {text} (the schedule's "
-                           "hint)", _ranks_ir(prog, graph)[2], prog.file)
+                           "hint)", _ranks_ir(prog, graph)[2], prog.file, P)
     return spec
 
 
@@ -143,14 +143,15 @@ def _ranks_ir(prog, graph):
     return dims, g, ir
 
 
-def _refuse_unrunnable(spec: Spec, named: str, ir, file: str) -> None:
+def _refuse_unrunnable(spec: Spec, named: str, ir, file: str, P: int) -> None:
     """The ranks' own check (DistModule._check_supported) of a named plan, made
     before partitioning (was: the graph was partitioned and the ranks started,
     then they refused it, with no place in the program)."""
     from gdsl.dist.support import check_delay, check_supported
+    from gdsl.planning import _replicas
     module = ir(spec.delay)
     try:
-        check_supported(spec.strategy, module)
+        check_supported(spec.strategy, module, replicas=_replicas(spec, P), P=P)
         check_delay(spec.delay if spec.strategy == "vertex_cut" else 0, module)
     except GdslError as e:
         op = getattr(e, "op", None)

@@ -226,10 +226,12 @@ def _check_supported_op(s: str, op: Op, where: str) -> None:
                                 "a graph constant")
 
 
-def check_supported(s: str, module: Module, name=None) -> None:
+def check_supported(s: str, module: Module, name=None, *, replicas=None, P: int | None = None) -> None:
     """Refuse (GdslError) an op that strategy `s` cannot run exactly: checked by
     each rank before any communication, and by `partition = auto` so the cost
-    model's choice is one the ranks can run."""
+    model's choice is one the ranks can run. `replicas` (redistribute's R_A,
+    None: P) and `P` (the rank count, when known) let it refuse what
+    redistribute(R_A < P) cannot run."""
     name = name or _namer(module)
     for op in module.main.ops:
         try:
@@ -238,16 +240,20 @@ def check_supported(s: str, module: Module, name=None) -> None:
             e.op = op   # where the program wrote it (the compiler's note)
             raise
     kind = feature_region(module, name)[0] if s == "features" else {}
-    _check_hinted_backward(s, module, name, {v for v, k in kind.items() if k in ("cols", "partial")})
+    partial = s == "redistribute" and replicas is not None and P is not None and int(replicas) < P
+    _check_hinted_backward(s, module, name, {v for v, k in kind.items() if k in ("cols", "partial")},
+                           int(replicas) if partial else None)
 
 
-def _check_hinted_backward(s: str, module: Module, name, cols: set) -> None:
+def _check_hinted_backward(s: str, module: Module, name, cols: set, partial_rdm: int | None = None) -> None:
     """A backward order an order hint chose (`backward = ...`, linear.py) runs
-    its SpMMs through the plan's ops in both directions; 1.5D and P3's
-    model-parallel layer 1 run autograd's own order only (the ranks'
-    `_check_linear_groups`, which also covers redistribute(R_A) with R_A < P).
-    A backward order the order pass chose by cost falls back there instead."""
-    if s not in ("rows_replicated", "features"):
+    its SpMMs through the plan's ops in both directions; 1.5D, P3's
+    model-parallel layer 1 and redistribute(R_A) with R_A < P (`partial_rdm`:
+    R_A) run autograd's own order only (the ranks' `_check_linear_groups`;
+    was: redistribute(R_A < P) was refused by the ranks only, after `auto`
+    chose it or the graph was partitioned for it; helper-75). A backward
+    order the order pass chose by cost falls back there instead."""
+    if s not in ("rows_replicated", "features") and partial_rdm is None:
         return
     from gdsl.passes.order import linear_groups
     for g in linear_groups(module):
@@ -256,9 +262,11 @@ def _check_hinted_backward(s: str, module: Module, name, cols: set) -> None:
         if s == "features" and not any(op.result in cols for op in g.ops):
             continue
         what = "rows_replicated (1.5D) plans, which run autograd's own backward order" if s == "rows_replicated" \
-            else "P3's model-parallel first layer (partition = features)"
+            else "P3's model-parallel first layer (partition = features)" if s == "features" \
+            else f"redistribute({partial_rdm}) (R_A < P), which runs autograd's own backward order"
         scope = g.agg.attrs.get("scope", "")
-        e = GdslError(f"partition = {s} cannot run {name(g.out)} ({scope}): backward = "
+        plan = f"{s}({partial_rdm})" if partial_rdm is not None else s
+        e = GdslError(f"partition = {plan} cannot run {name(g.out)} ({scope}): backward = "
                       f"{g.bwd} with memoize = {str(g.memo).lower()} is not implemented for {what}; drop the "
                       f"backward/memoize options of the schedule's `order {_hint_name(scope)}` hint")
         e.op = g.agg
