@@ -24,6 +24,7 @@ from gdsl.diagnostics import GdslError
 from gdsl.dist.comm import WATCHDOG, waiting
 from gdsl.dist.errors import AllRanksError
 from gdsl.dist.part import read_header
+from gdsl.runtime.files import torch_save
 
 # Every rank prints nothing but errors; rank 0 prints progress and results.
 
@@ -273,7 +274,23 @@ def _save_checkpoint(directory: Path, comm, model, opt, epoch: int, history: lis
              "rng": torch.get_rng_state()}   # the next steps' dropout mask keys (ReferenceModule.count_step)
     path = directory / f"rank-{comm.rank}.pt"
     tmp = path.with_name(path.name + ".tmp")
-    torch.save(state, tmp)
+    # every rank writes its file aside first; only when all of them have, are they renamed into place
+    # (was: each renamed its own at once, so one rank's failed write left files of two epochs and the
+    # last good checkpoint could not be resumed; helper-76)
+    try:
+        torch_save(state, tmp, directory)
+        failed = ""
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        failed = f"rank {comm.rank}: {tmp.name}: {e.strerror or e}"
+    with waiting("the checkpoint's write"):
+        failures = [f for f in comm.comm.allgather(failed) if f]
+    if failures:
+        tmp.unlink(missing_ok=True)
+        kept = "the checkpoint there is kept as it was" if (directory / "checkpoint.json").exists() else \
+            "no checkpoint was written"
+        raise AllRanksError(f"--checkpoint {directory}: the checkpoint of epoch {epoch} could not be written "
+                            f"({'; '.join(failures)}); {kept}")
     os.replace(tmp, path)
     comm.barrier()
     if comm.rank == 0:

@@ -101,9 +101,30 @@ def save_state_dict(path: str, state: dict) -> None:
     check_json_path(path, "--save")
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
     try:
-        write_atomic(Path(path), lambda fh: torch.save(tensors, fh), binary=True)
+        write_atomic(Path(path), lambda fh: torch_save(tensors, fh, Path(path).parent), binary=True)
     except OSError as e:   # the disk filled, the directory went away during the run
         raise GdslError(f"--save {path}: could not be written ({e.strerror or e})") from None
+
+
+def torch_save(obj, dest, where: Path) -> None:
+    """torch.save(obj, dest), a failed write as an OSError: torch's zip
+    writer raises a RuntimeError ("PytorchStreamWriter failed writing file",
+    "enforce fail at inline_container.cc") when the disk fills (was: an
+    internal error, and in `gdsl run --np` the --json after it not written;
+    helper-76). `where`: the directory written in."""
+    import shutil
+
+    import torch
+    try:
+        torch.save(obj, dest)
+    except RuntimeError as e:
+        try:
+            free = shutil.disk_usage(where).free
+        except OSError:
+            free = None
+        why = "No space left on device" if free == 0 else \
+            "the write failed" + (f" with {free} bytes free there" if free is not None else "")
+        raise OSError(errno.ENOSPC if free == 0 else errno.EIO, why) from e
 
 
 def write_atomic(p: Path, content, binary: bool = False) -> None:
