@@ -96,8 +96,6 @@ def save_state_dict(path: str, state: dict) -> None:
     """`gdsl run --save FILE`: the trained params as a plain state dict
     (`torch.save`; `model.load_state_dict(torch.load(FILE))` reads it back,
     weights_only as torch.load's default), written by `write_atomic`."""
-    import torch
-
     check_json_path(path, "--save")
     tensors = {k: v.detach().cpu().contiguous() for k, v in state.items()}
     try:
