@@ -178,6 +178,30 @@ def test_reports_are_printed_once_and_an_internal_error_exits_3(tmp_path, monkey
     assert err_lines(capsys.readouterr().err) == ["gdsl: error: rank 1: internal error: RuntimeError: x (this is a bug in gdsl)"]
 
 
+def test_a_full_disk_on_stdout_is_an_error_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """`gdsl run --np 2 > /dev/full`: the output thread died with a
+    traceback and the run exited 0 (helper-76); now as one process: the
+    error said, exit 1, rank 0's stderr lines still shown."""
+    import errno
+
+    fake_mpiexec(tmp_path, monkeypatch, """\
+        print("final (epoch 1)")
+        print(MARK + "wrote out.json")
+        """)
+
+    class Full:
+        def write(self, s):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def flush(self):
+            pass
+    monkeypatch.setattr(sys, "stdout", Full())
+    assert launch({}, 2) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "wrote out.json" in err
+    assert err_lines(err) == ["gdsl: error: no space left on device"]
+
+
 # ---------------------------------------------------------------- the rank watcher
 
 @pytest.fixture

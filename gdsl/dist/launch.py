@@ -113,6 +113,7 @@ def launch(args: dict, P: int, extra_env: dict | None = None, temp_dirs: list[st
         killed: list[str] = []
         printed_error: list[bool] = []
         closed: list[bool] = []   # our stdout's reader left (`gdsl run --np 2 | head`)
+        failed: list[OSError] = []   # our stdout could not be written (`> /dev/full`)
 
         def pump(stream, out):
             for line in stream:
@@ -136,6 +137,11 @@ def launch(args: dict, P: int, extra_env: dict | None = None, temp_dirs: list[st
                     if to is sys.stdout:
                         closed.append(True)
                         discard_stdout()
+                except OSError as e:   # a full disk: as BrokenPipeError, then said (was: a traceback, exit 0)
+                    if to is sys.stdout:
+                        failed.append(e)
+                        closed.append(True)
+                        discard_stdout()
 
         # The rank that died: the first whose process is gone while the others
         # run (hydra's "PID n RUNNING AT" names any of the ranks it stopped)
@@ -152,6 +158,9 @@ def launch(args: dict, P: int, extra_env: dict | None = None, temp_dirs: list[st
             done.set()
         for t in threads:
             t.join(10)
+        if rc == 0 and failed:   # as one process says it (gdsl/cli.py)
+            print(f"gdsl: error: {(failed[0].strerror or str(failed[0])).lower()}", file=sys.stderr)
+            return 1
         if rc == 0:
             return 141 if closed else 0   # as `gdsl run | head` (gdsl/cli.py)
         reports = read_reports(run_dir)
