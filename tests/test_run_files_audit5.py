@@ -79,3 +79,49 @@ def test_a_checkpoint_one_rank_cannot_write_leaves_the_last_one_whole(tmp_path, 
                                             rf"\({said}.*\); the checkpoint there is kept as it was"):
         _save_checkpoint(ck, comm, m, opt, 4, [])
     assert {p.name: p.read_bytes() for p in ck.iterdir()} == before and comm.barriers == 0
+
+
+def test_checkpoint_into_a_directory_holding_one_is_refused_unless_it_is_resumed(tmp_path):
+    """Was: another run's checkpoint (or this run's, restarted without
+    --resume) replaced at the first checkpoint, without a word."""
+    import argparse
+
+    from gdsl.dist.cli_run import check_outputs
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    (ck / "checkpoint.json").write_text('{"format": "gdsl-checkpoint-1", "epoch": 15, "size": 2}\n')
+    args = argparse.Namespace(checkpoint=str(ck), resume=None, json=None, save=None, program=None, data=None)
+    with pytest.raises(GdslError, match=rf"--checkpoint {ck}: holds a checkpoint already; continue that run with "
+                                        rf"--resume {ck}, or start over in another directory"):
+        check_outputs(args)
+    args.resume = str(tmp_path / "." / "ck")   # the same directory, spelled another way
+    check_outputs(args)
+    check_outputs(argparse.Namespace(**{**vars(args), "checkpoint": str(tmp_path / "new"), "resume": None}))
+
+
+@pytest.mark.parametrize("index,said", [
+    (b"\xff\xfe{}", "not UTF-8 text"),
+    (b'{"epoch": 2, "size": 2, "identity": {"overrides": ["hidden"]}}', "its identity is not the object gdsl writes"),
+    (b'{"epoch": 2, "size": 2, "identity": ["program"]}', "its identity is not the object gdsl writes"),
+])
+def test_a_corrupted_checkpoint_index_is_refused_clearly(tmp_path, index, said):
+    """Was an internal error (not UTF-8; a list of overrides), or every
+    identity check skipped (identity a list)."""
+    from gdsl.dist.run import read_checkpoint_index
+    (tmp_path / "checkpoint.json").write_bytes(index)
+    with pytest.raises(GdslError, match=rf"checkpoint.json: not a gdsl checkpoint \({said}\)"):
+        read_checkpoint_index(tmp_path)
+
+
+def test_resuming_with_another_seed_says_whose_masks_follow(tmp_path, capsys):
+    """An exact plan resumes with any --seed; it now says so (was: silent,
+    and --json recorded the new seed only)."""
+    from gdsl.dist.run import check_resume
+    ident = {"program": "p.gd", "source": "s", "train": "t", "overrides": {}, "graph": "g", "plan": "rows(hash)"}
+    (tmp_path / "checkpoint.json").write_text(json.dumps({"epoch": 2, "size": 1, "identity": {**ident, "seed": 0}}))
+    (tmp_path / "rank-0.pt").write_bytes(b"")
+    check_resume(tmp_path, 1, {**ident, "seed": 0}, 5)
+    assert capsys.readouterr().err == ""
+    check_resume(tmp_path, 1, {**ident, "seed": 7}, 5)
+    assert capsys.readouterr().err == (f"gdsl run: warning: {tmp_path} was written with --seed 0; from here the "
+                                       "dropout masks are --seed 7's (resume with --seed 0 to continue that run)\n")

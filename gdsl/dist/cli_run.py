@@ -231,6 +231,12 @@ def check_outputs(args) -> None:
         p = Path(args.checkpoint)
         if p.exists() and not p.is_dir():
             raise GdslError(f"--checkpoint {p}: exists and is not a directory (a checkpoint is a directory)")
+        resumed = getattr(args, "resume", None)
+        if (p / "checkpoint.json").exists() and not (resumed and Path(resumed).resolve() == p.resolve()):
+            # another run's checkpoint (or this run's, restarted without --resume) is not replaced
+            # without a word (was: overwritten at the first checkpoint; helper-76)
+            raise GdslError(f"--checkpoint {p}: holds a checkpoint already; continue that run with --resume {p}, "
+                            "or start over in another directory (or remove this one)")
         q = p
         while not q.exists() and q != q.parent:
             q = q.parent    # the directory it will be created in
@@ -250,7 +256,8 @@ def check_outputs(args) -> None:
 def _check_resume(args, P: int, prog, graph_key: str | None, plan: str | None) -> None:
     if args.resume:
         from gdsl.dist.run import check_resume, checkpoint_identity
-        check_resume(Path(args.resume), P, checkpoint_identity(prog, graph_key, plan), _epochs(args, prog))
+        check_resume(Path(args.resume), P, {**checkpoint_identity(prog, graph_key, plan), "seed": args.seed},
+                     _epochs(args, prog))
 
 
 def run_distributed(args, prog, graph, data) -> int:

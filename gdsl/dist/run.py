@@ -161,6 +161,8 @@ def read_checkpoint_index(directory: Path) -> dict:
         text = idx.read_text()
     except OSError as e:
         raise GdslError(f"{idx}: cannot read it ({e.strerror or e})") from None
+    except UnicodeDecodeError:   # (was: an internal error; helper-76)
+        raise GdslError(f"{idx}: not a gdsl checkpoint (not UTF-8 text)") from None
     try:
         info = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
@@ -174,6 +176,10 @@ def read_checkpoint_index(directory: Path) -> dict:
         raise GdslError(f"{idx}: unknown checkpoint format {info.get('format')!r} (expected {CHECKPOINT_FORMAT})")
     if info["size"] < 1 or info["epoch"] < 0:
         raise GdslError(f"{idx}: not a gdsl checkpoint (epoch {info['epoch']}, size {info['size']})")
+    ident = info.get("identity")
+    if ident is not None and not (isinstance(ident, dict) and isinstance(ident.get("overrides") or {}, dict)):
+        # (was: a list skipped every identity check, a list of overrides an internal error; helper-76)
+        raise GdslError(f"{idx}: not a gdsl checkpoint (its identity is not the object gdsl writes)")
     return info
 
 
@@ -252,6 +258,12 @@ def check_resume(directory: Path, size: int, identity: dict | None, epochs: int 
     run's `epochs`) an epoch left to train."""
     info = read_checkpoint_index(directory)
     check_checkpoint(info, directory, size, identity)
+    was = (info.get("identity") or {}).get("seed")
+    if identity is not None and was is not None and identity.get("seed") is not None and was != identity["seed"]:
+        # an exact plan's state does not depend on it, so it resumes; the masks from here are this seed's
+        # (was: without a word, and --json recorded this seed only; helper-76)
+        print(f"gdsl run: warning: {directory} was written with --seed {was}; from here the dropout masks are "
+              f"--seed {identity['seed']}'s (resume with --seed {was} to continue that run)", file=sys.stderr)
     done = info.get("epoch")
     if epochs is not None and isinstance(done, int) and epochs <= done:
         # (was: "resuming after epoch 6", no epoch trained, and the old run's final line)
