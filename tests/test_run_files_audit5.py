@@ -125,3 +125,20 @@ def test_resuming_with_another_seed_says_whose_masks_follow(tmp_path, capsys):
     check_resume(tmp_path, 1, {**ident, "seed": 7}, 5)
     assert capsys.readouterr().err == (f"gdsl run: warning: {tmp_path} was written with --seed 0; from here the "
                                        "dropout masks are --seed 7's (resume with --seed 0 to continue that run)\n")
+
+
+@pytest.mark.parametrize("out,dflag", [("save", "parts"), ("json", "resume"), ("save", "checkpoint")])
+def test_an_output_in_a_directory_the_run_manages_is_refused(tmp_path, out, dflag):
+    import argparse
+
+    from gdsl.dist.cli_run import check_outputs
+    d = tmp_path / "d"
+    d.mkdir()
+    args = argparse.Namespace(checkpoint=None, resume=None, parts=None, json=None, save=None, program=None, data=None)
+    setattr(args, dflag, str(d))
+    setattr(args, out, str(d / "x.out"))
+    with pytest.raises(GdslError, match=rf"--{out} .*x.out: is in the --{dflag} directory {d}, whose files gdsl "
+                                        "reads and writes; write it elsewhere"):
+        check_outputs(args)
+    setattr(args, out, str(tmp_path / "x.out"))
+    check_outputs(args)

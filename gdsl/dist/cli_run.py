@@ -227,6 +227,14 @@ def check_outputs(args) -> None:
         if getattr(args, flag, None):
             check_json_path(getattr(args, flag), f"--{flag}",
                             inputs=(getattr(args, "program", None), resolve_data(getattr(args, "data", None))))
+            # nor a file of the directories the run reads or writes (was: --save parts/part-0.npz, --json
+            # ck/checkpoint.json with --resume ck were accepted and broke them; helper-76)
+            at = Path(getattr(args, flag)).resolve().parent
+            for dflag in ("parts", "checkpoint", "resume"):
+                d = getattr(args, dflag, None)
+                if d and Path(d).resolve() == at:
+                    raise GdslError(f"--{flag} {getattr(args, flag)}: is in the --{dflag} directory {d}, whose files "
+                                    "gdsl reads and writes; write it elsewhere")
     if getattr(args, "checkpoint", None):
         p = Path(args.checkpoint)
         if p.exists() and not p.is_dir():
