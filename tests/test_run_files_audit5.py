@@ -142,3 +142,13 @@ def test_an_output_in_a_directory_the_run_manages_is_refused(tmp_path, out, dfla
         check_outputs(args)
     setattr(args, out, str(tmp_path / "x.out"))
     check_outputs(args)
+
+
+def test_a_long_legal_output_name_is_written(tmp_path):
+    """A 250-character name is legal; the temporary file's name beside it
+    was longer than 255 and the write was refused ("File name too long")."""
+    from gdsl.runtime.files import check_json_path, write_json
+    out = tmp_path / ("r" * 245 + ".json")
+    check_json_path(str(out))
+    write_json(str(out), {"a": 1})
+    assert json.loads(out.read_text()) == {"a": 1} and [p.name for p in tmp_path.iterdir()] == [out.name]

@@ -49,7 +49,7 @@ def check_json_path(path: str, flag: str = "--json", inputs=()) -> None:
         raise GdslError(f"{flag} {p}: cannot write in {parent} (permission denied)")
     import tempfile
     try:   # os.access passes for root where writing fails (/proc, /sys, a read-only mount): try it
-        fd, probe = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".probe", dir=parent)
+        fd, probe = tempfile.mkstemp(prefix=_temp_prefix(p.name), suffix=".probe", dir=parent)
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
@@ -134,7 +134,7 @@ def write_atomic(p: Path, content, binary: bool = False) -> None:
 
     if p.is_dir() and not p.is_symlink():   # was: the rename's error, naming the temporary file
         raise IsADirectoryError(errno.EISDIR, "Is a directory", str(p))
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(p.name), suffix=".tmp", dir=p.parent)
     try:
         with os.fdopen(fd, "wb" if binary else "w") as fh:
             if callable(content):
@@ -146,6 +146,14 @@ def write_atomic(p: Path, content, binary: bool = False) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _temp_prefix(name: str) -> str:
+    """The start of a temporary file's name beside `name`: cut, so that a
+    legal name of up to 255 bytes still leaves room for mkstemp's random part
+    and suffix (was: a 240-255-character --json refused as "File name too
+    long" in its directory; helper-76)."""
+    return f".{name.encode()[:200].decode(errors='ignore')}."
 
 
 def _umask() -> int:
