@@ -47,9 +47,11 @@ def test_accuracy_argmax_and_binary_sign():
 def test_optimizer_defaults_are_torchs():
     p = [torch.nn.Parameter(torch.zeros(3))]
     adam = make_optimizer("adam", {"lr": 0.01}, p)
-    assert isinstance(adam, torch.optim.Adam) and adam.param_groups[0]["betas"] == (0.9, 0.999)
+    # gdsl's own (runtime/optim.py, whose steps tests/test_optim.py compares with torch.optim's)
+    assert type(adam).__name__ == "Adam" and adam.param_groups[0]["betas"] == (0.9, 0.999)
     adamw = make_optimizer("adamw", {"lr": 0.01, "beta2": 0.98}, p)
-    assert isinstance(adamw, torch.optim.AdamW) and adamw.param_groups[0]["betas"] == (0.9, 0.98)
+    assert type(adamw).__name__ == "AdamW" and adamw.param_groups[0]["betas"] == (0.9, 0.98)
+    assert adamw.param_groups[0]["weight_decay"] == torch.optim.AdamW([torch.zeros(1)]).defaults["weight_decay"]
     sgd = make_optimizer("sgd", {"lr": 0.1, "momentum": 0.9, "nesterov": 1.0}, p)
     assert sgd.param_groups[0]["nesterov"] is True and sgd.param_groups[0]["momentum"] == 0.9
 

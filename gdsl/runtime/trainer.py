@@ -14,6 +14,7 @@ import torch
 
 from gdsl.diagnostics import GdslError
 from gdsl.graph.graph import Graph
+from gdsl.runtime import optim
 from gdsl.runtime.binding import check_masks
 from gdsl.runtime.files import check_json_path, write_atomic, write_json  # noqa: F401 (the trainer's API)
 from gdsl.runtime.signals import Terminated
@@ -103,22 +104,24 @@ def nonfinite_grad(model, flags: list[float], epoch: int, loss_value: float) -> 
             "(inf * 0); the step is not taken, the params are the previous epoch's")
 
 
-def make_optimizer(name: str, args: dict[str, float], params) -> torch.optim.Optimizer:
+def make_optimizer(name: str, args: dict[str, float], params) -> optim.Optimizer:
+    """The train block's optimizer (runtime/optim.py: torch's update rules, without torch.optim's import of
+    torch._dynamo)."""
     # the numbers as floats (was: an integer beyond int64, `momentum = 99999999999999999999`, reached
     # torch as an int: "int too big to convert" at the second step, exit 3)
     a = {k: v if k == "nesterov" or isinstance(v, bool) else float(v) for k, v in args.items()}
     if name in ("adam", "adamw"):
         betas = (a.pop("beta1", 0.9), a.pop("beta2", 0.999))
-        cls = torch.optim.Adam if name == "adam" else torch.optim.AdamW
+        cls = optim.Adam if name == "adam" else optim.AdamW
         return cls(params, betas=betas, **a)
     if name == "sgd":
         if "nesterov" in a:
             a["nesterov"] = bool(a["nesterov"])
-        return torch.optim.SGD(params, **a)
+        return optim.SGD(params, **a)
     raise GdslError(f"unknown optimizer '{name}'")
 
 
-def optimizer_step(opt: torch.optim.Optimizer, epoch: int, error=GdslError) -> None:
+def optimizer_step(opt: optim.Optimizer, epoch: int, error=GdslError) -> None:
     """opt.step(), with torch's float32 overflow of an absurd step (an lr of
     1e38: Adam's step size lr / (1 - beta1) no longer fits) as a user error."""
     try:
@@ -233,7 +236,6 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
         if not any(p.requires_grad for p in model.parameters()):
             raise GdslError(f"{program.file}: model '{cfg.model}' has no params to train (declare a param in one "
                             f"of its layers)")
-        # (a torch optimizer's first use imports torch._dynamo: a second or so, still before any epoch)
         opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
     except (KeyboardInterrupt, Terminated) as e:   # before any epoch: an empty result (`--json` with final {})
         result = TrainResult()
