@@ -39,6 +39,28 @@ def mpi():
     return _MPI
 
 
+_EXTREMUM_OPS: dict = {}
+
+
+def extremum_op(op: str):
+    """An MPI op for the max / min of float partials that keeps a NaN, as
+    torch's amax / amin do (the reference; scatter_reduce in the vertex-cut
+    trees). MPI's own MAX / MIN are C's `a > b ? a : b` in MPICH: a NaN
+    partial was dropped when the other rank's value came second, so ranks
+    trained on finite numbers where one process gets NaN (and stops). numpy's
+    maximum / minimum propagate NaN; created once per op (commutative)."""
+    if op not in _EXTREMUM_OPS:
+        MPI = mpi()
+        from mpi4py.util.dtlib import to_numpy_dtype  # noqa: PLC0415
+        fn = {"max": np.maximum, "min": np.minimum}[op]
+
+        def combine(inbuf, inoutbuf, datatype):
+            dt = to_numpy_dtype(datatype)
+            fn(np.frombuffer(inbuf, dt), np.frombuffer(inoutbuf, dt), out=np.frombuffer(inoutbuf, dt))
+        _EXTREMUM_OPS[op] = MPI.Op.Create(combine, commute=True)
+    return _EXTREMUM_OPS[op]
+
+
 def mpi_type(t: torch.Tensor):
     """The MPI datatype of a float tensor's elements (was: MPI.FLOAT hard-coded
     in allgatherv, P3's block bcast / reduce and cd-r's ialltoallv, so a
@@ -239,7 +261,8 @@ class Comm:
         if x.device.type != "cpu":
             return x.copy_(self.allreduce_(host(x), label, op))
         if self.size > 1:
-            mop = {"sum": MPI.SUM, "max": MPI.MAX, "min": MPI.MIN}[op]
+            mop = MPI.SUM if op == "sum" else extremum_op(op) if x.is_floating_point() else \
+                {"max": MPI.MAX, "min": MPI.MIN}[op]
             t0 = time.perf_counter()
             with waiting(f"allreduce '{label}'"):
                 self.comm.Allreduce(MPI.IN_PLACE, x.detach().numpy(), mop)
