@@ -566,7 +566,7 @@ def cmd_run(args, parser) -> int:
     if cfg is None:
         raise GdslError(f"{args.program}: the program has no train block; `gdsl run` needs one")
     data = resolve_data(args.data)
-    graph = load_graph(data, split=args.split)
+    graph = load_graph(args.data, split=args.split)   # as typed, for its errors (`./`, not `.`)
     from gdsl.runtime.binding import unread_edge_data
     if (unread := unread_edge_data(prog.checked, graph)) is not None and not under_launcher():
         print(f"gdsl: warning: {unread}", file=sys.stderr)
@@ -654,14 +654,14 @@ def cmd_run(args, parser) -> int:
 def cmd_partition(args, parser) -> int:
     import gdsl
     from gdsl.dist.cli_run import cmd_partition as run_partition
-    from gdsl.graph.io import load_graph, resolve_data
+    from gdsl.graph.io import load_graph
 
     if args.np_ < 1:
         parser.error("--np must be at least 1")
     if not args.out.strip():
         parser.error("--out: empty (give a directory)")   # was: the files went to the working directory
     prog = gdsl.compile(args.program, train=args.train, **_overrides(args.set, parser))
-    graph = load_graph(resolve_data(args.data), split=args.split)   # (was: always split 0; helper-70)
+    graph = load_graph(args.data, split=args.split)   # as typed, for its errors (was: always split 0; helper-70)
     return run_partition(args, prog, graph)
 
 

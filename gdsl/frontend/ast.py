@@ -216,7 +216,8 @@ def format_expr(e: Expr) -> str:
         case BinOp(op=o, lhs=l, rhs=r):
             return f"({_operand(l)} {o} {_operand(r)})"
         case Neg(operand=x):
-            return f"-{format_expr(x)}"
+            # `-(-t)`, not `--t`, which reads as a decrement (was: `- - t` shown as `--t`)
+            return f"-({format_expr(x)})" if isinstance(x, Neg) else f"-{format_expr(x)}"
         case Attr(base=b, attr=a):
             return f"{format_expr(b)}.{a}"
         case Call(func=f, args=a, kwargs=k):

@@ -79,8 +79,8 @@ def _tok_name(t: str, parser: Lark) -> str:
 def _describe(tok: Token) -> str:
     if tok.type == "$END":
         return "end of input"
-    if tok.type == "_NL":
-        return "end of line" if ";" not in tok.value else "';'"
+    if tok.type == "_NL":   # its first statement end: a ';' in a comment after it is none (was: "unexpected ';'")
+        return "';'" if re.match(r"[ \t\f\r]*;", tok.value) else "end of line"
     return f"'{tok.value}'"
 
 
@@ -113,21 +113,20 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
         not_here = {"train": _STATEMENT_WORDS, "schedule": _STATEMENT_WORDS,
                     "model": (*STAGES, "param")}.get(_top_keyword(source, pos), ())
         expected = [x for x in expected if x.strip("'") not in not_here]
+        if (cut := _cut_by_comment(source, tok, accepted, expected, file)) is not None:
+            raise CompileError([cut], source) from None
         if tok.type == "$END":
             lines = source.rstrip("\n").split("\n")
             span = Span(len(lines), len(lines[-1]) + 1, len(lines), len(lines[-1]) + 2, file)
         else:
             span = _tok_span(tok, file)
-        msg = f"unexpected {_describe(tok)}"
-        if expected:
-            shown = expected[:5]
-            more = ", ..." if len(expected) > 5 else ""
-            msg += ", expected " + (shown[0] if len(shown) == 1 else "one of " + ", ".join(shown) + more)
+        msg = f"unexpected {_describe(tok)}{_expected_text(expected)}"
         raise CompileError([Diagnostic(span, msg, notes=_unclosed_note(source, pos, file))], source) from None
     except UnexpectedCharacters as e:
         ch = source[e.pos_in_stream] if e.pos_in_stream < len(source) else "?"
         span = Span(e.line, e.column, e.line, e.column + 1, file)
-        raise CompileError([Diagnostic(span, f"unexpected character {ch!r}")], source) from None
+        msg = _backslash_message(source, e.pos_in_stream) if ch == "\\" else f"unexpected character {ch!r}"
+        raise CompileError([Diagnostic(span, msg)], source) from None
     except UnexpectedEOF:
         lines = source.split("\n")
         raise CompileError([Diagnostic(Span(len(lines), 1, len(lines), 2, file), "unexpected end of input")], source) from None
@@ -143,6 +142,62 @@ def parse(source: str, file: str = "<input>") -> ast.Program:
 
 STAGES = ("scatter", "gather", "transform", "sync", "apply")
 _STATEMENT_WORDS = (*STAGES, "param", "return", "repeat")
+
+
+def _expected_text(expected: list[str]) -> str:
+    if not expected:
+        return ""
+    shown = expected[:5]
+    more = ", ..." if len(expected) > 5 else ""
+    return ", expected " + (shown[0] if len(shown) == 1 else "one of " + ", ".join(shown) + more)
+
+
+def _cut_by_comment(source: str, tok: Token, accepted, expected: list[str], file: str) -> Diagnostic | None:
+    """A '#' that ends a statement before it is complete: `order Lin #1 = ...` (a call
+    reference has no spaces; LANGUAGE.md: `#` starts a comment) or `order = # auto`.
+    The error is at the '#' and says so (was: "unexpected 'Lin', expected one of '=',
+    call reference (Layer#k)", or "unexpected end of line" at the space before it)."""
+    rest = source[tok.end_pos:]
+    if tok.type == "NAME" and "CALLREF" in accepted and (m := re.match(r"[ \t]*#[ \t]*(\d*)", rest)):
+        at = tok.end_pos + m.group(0).index("#")
+        taken = _taken(source, tok.start_pos, at)
+        why = (f"'#' starts a comment here, so the hint stops at '{tok}' (a call reference is written "
+               f"without spaces: {tok}#{m[1] or 'k'}{taken})")
+    elif tok.type == "_NL" and (m := re.match(r"[ \t\f\r]*#", tok.value)):
+        at = tok.start_pos + m.end() - 1
+        taken = _taken(source, tok.start_pos, at)
+        why = f"unexpected end of line ('#' starts a comment here{taken}){_expected_text(expected)}"
+    else:
+        return None
+    line = source.count("\n", 0, at) + 1
+    col = at - (source.rfind("\n", 0, at) + 1) + 1
+    # the bracket the comment took needs no "never closed" note: the message says why
+    notes = () if taken else _unclosed_note(source, tok.start_pos, file)
+    return Diagnostic(Span(line, col, line, col + 1, file), why, notes=notes)
+
+
+def _taken(source: str, pos: int, at: int) -> str:
+    """Says so when the comment at `at` holds the closer of the innermost bracket
+    open at `pos` (was: a note that the schedule's '{' is never closed, after
+    `schedule { order L #1 = dense_first }`)."""
+    opened, never = _brackets_at(source, pos)
+    if not opened or opened[-1] not in never:
+        return ""
+    closer = {v: k for k, v in _CLOSER.items()}[source[opened[-1]]]
+    eol = source.find("\n", at)
+    comment = source[at:len(source) if eol < 0 else eol]
+    return f"; the '{closer}' after the '#' is part of the comment" if closer in comment else ""
+
+
+def _backslash_message(source: str, at: int) -> str:
+    """A `\\` that is not the last thing on its line (spaces aside): a line
+    continuation must end its line, so a comment after it is refused, as
+    Python refuses it (was: "unexpected character '\\\\'" and no why)."""
+    eol = source.find("\n", at)
+    rest = source[at + 1:len(source) if eol < 0 else eol].lstrip(" \t\f\r")
+    if rest.startswith("#"):
+        return "a '\\' line continuation must end its line: a comment may not follow it (as in Python)"
+    return "unexpected character '\\': a '\\' continues a statement only as the last character of its line"
 
 
 def _misspelled_keyword(source: str, tok: Token, file: str) -> Diagnostic | None:

@@ -75,6 +75,14 @@ def _check_declared_size(zf: zipfile.ZipFile, where: str, key: str) -> None:
                         f"machine's memory ({fmt_bytes(memory)})")
 
 
+def _is_a_directory(typed, p: Path) -> str:
+    """The error for a directory given as data: named as typed and, when
+    relative, by its absolute path too (was: `--data ./` named '.')."""
+    name = os.fspath(typed) if typed is not None else str(p)
+    where = "" if os.path.isabs(name) else f" ({os.path.abspath(p)})"
+    return f"{name}: is a directory{where}, not an .npz file"
+
+
 def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
     """Load a graph from an .npz file (or a builtin name: 'cora', 'citeseer').
 
@@ -103,7 +111,7 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
                 if os.sep not in where and not where.endswith(".npz") else "")
         raise GdslError(f"{where}: no such file{hint}")
     if p.is_dir():
-        raise GdslError(f"{where}: is a directory, not an .npz file")
+        raise GdslError(_is_a_directory(path, p))
     if not p.is_file():   # was: /dev/zero read as a pickle, a named pipe waited on forever
         raise GdslError(f"{where}: not a regular file (a device, pipe or socket), not an .npz file")
     if p.is_file() and not zipfile.is_zipfile(p):
