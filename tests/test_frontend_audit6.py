@@ -141,3 +141,13 @@ def test_a_double_negation_prints_apart_and_parses_back(expr, shown, tmp_path, c
     assert main(["compile", str(p), "--emit", "ast"]) == 0
     assert f"Stage apply out = {shown}\n" in capsys.readouterr().out
     assert _value(shown) == _value(expr)
+
+
+def test_a_missing_directory_path_as_data_is_named_as_typed_without_the_builtin_hint(tmp_path):
+    # helper-77: `--data nonexist/` was "nonexist: no such file (the built-in data sets are ...)"
+    from gdsl.diagnostics import GdslError
+    with pytest.raises(GdslError) as e:
+        gdsl.load_graph(str(tmp_path / "nonexist") + "/")
+    assert str(e.value) == f"{tmp_path / 'nonexist'}/: no such file"
+    with pytest.raises(GdslError, match=r"^actor: no such file \(the built-in data sets are cora and citeseer"):
+        gdsl.load_graph("actor")

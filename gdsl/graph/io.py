@@ -107,9 +107,11 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
             raise GdslError(f"{where}: {(e.strerror or str(e)).lower()}") from None
     if not p.exists():
         # a bare name that is not a path: say which names are built in (was: only "actor: no such file")
+        # named as typed: `nonexist/` is a path, not a name (was: "nonexist: no such file (the built-in ...)")
+        typed = os.fspath(path) if path is not None else where
         hint = (f" (the built-in data sets are {' and '.join(BUILTIN)}; other data is a path to an .npz file)"
-                if os.sep not in where and not where.endswith(".npz") else "")
-        raise GdslError(f"{where}: no such file{hint}")
+                if os.sep not in typed and not typed.endswith(".npz") else "")
+        raise GdslError(f"{typed}: no such file{hint}")
     if p.is_dir():
         raise GdslError(_is_a_directory(path, p))
     if not p.is_file():   # was: /dev/zero read as a pickle, a named pipe waited on forever
