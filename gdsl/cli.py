@@ -200,6 +200,7 @@ def _data_dims(source: str, args, want_graph: bool = False):
 
     _, checked = front(source, args.program, args.train)
     g = load_graph(args.data)
+    _warn_unread(checked, g)
     opts = checked.graph_options
     seen = g.with_options(self_loops=opts.get("self_loops", False), symmetric=opts.get("symmetric", False))
     try:
@@ -208,6 +209,12 @@ def _data_dims(source: str, args, want_graph: bool = False):
         _program_errors_first(source, args)
         raise
     return (dims, seen.num_edges, seen) if want_graph else (dims, seen.num_edges)
+
+
+def _warn_unread(checked, graph) -> None:
+    from gdsl.runtime.binding import unread_data
+    for w in unread_data(checked, graph):
+        print(f"gdsl: warning: {w}", file=sys.stderr)
 
 
 def _program_errors_first(source: str, args) -> None:
@@ -567,9 +574,8 @@ def cmd_run(args, parser) -> int:
         raise GdslError(f"{args.program}: the program has no train block; `gdsl run` needs one")
     data = resolve_data(args.data)
     graph = load_graph(args.data, split=args.split)   # as typed, for its errors (`./`, not `.`)
-    from gdsl.runtime.binding import unread_edge_data
-    if (unread := unread_edge_data(prog.checked, graph)) is not None and not under_launcher():
-        print(f"gdsl: warning: {unread}", file=sys.stderr)
+    if not under_launcher():
+        _warn_unread(prog.checked, graph)
     if args.checkpoint_every is not None and args.checkpoint is None:
         parser.error("--checkpoint-every needs --checkpoint DIR")
     if args.np_ is not None or under_launcher():
@@ -662,6 +668,7 @@ def cmd_partition(args, parser) -> int:
         parser.error("--out: empty (give a directory)")   # was: the files went to the working directory
     prog = gdsl.compile(args.program, train=args.train, **_overrides(args.set, parser))
     graph = load_graph(args.data, split=args.split)   # as typed, for its errors (was: always split 0; helper-70)
+    _warn_unread(prog.checked, graph)
     return run_partition(args, prog, graph)
 
 

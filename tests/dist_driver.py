@@ -34,6 +34,9 @@ def graph(name: str):
         if name.startswith("rmat"):
             from gdsl.graph.synthetic import rmat_graph
             _GRAPHS[name] = rmat_graph(int(name[4:].replace("k", "000")))
+        elif name == "vertex_target":   # Cora with a regression target node_T and no labels (an .npz file)
+            from helpers import vertex_target_npz
+            _GRAPHS[name] = gdsl.load_graph(vertex_target_npz())
         else:
             _GRAPHS[name] = gdsl.load_graph(name)
     return _GRAPHS[name]

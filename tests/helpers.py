@@ -138,3 +138,34 @@ def fake_mpi(monkeypatch, **more) -> None:
 def traffic(c) -> dict:
     """A Comm's accounting since the last call: (collective, label) -> (sent, recv, calls)."""
     return {k: (t.sent, t.recv, t.calls) for k, t in c.stats.take().items()}
+
+
+def vertex_target_npz(path: Path | None = None) -> Path:
+    """Cora as an .npz file of a regression task: no `labels`, a target
+    `node_T` [N, 2] (a smooth function of each vertex's features and degree),
+    and a mask `labelled_mask` stored as 0/1 int8 (the train and val
+    vertices). Written once (atomically) to `path` or a per-user temporary
+    file, so that MPI ranks launched by a test can read it too."""
+    import os
+    import tempfile
+
+    import numpy as np
+    if path is None:
+        path = Path(tempfile.gettempdir()) / f"gdsl-tests-{os.getuid()}" / "cora_vertex_target.npz"
+    path = Path(path)
+    if path.exists():
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    z = dict(np.load(Path(gdsl.__file__).parent / "data" / "cora.npz"))
+    n = z["features"].shape[0]
+    deg = np.bincount(z["dst"], minlength=n).astype(np.float32)
+    f = z["features"]
+    target = np.stack([f[:, :40].sum(1) / 4, np.log1p(deg)], 1).astype(np.float32)
+    z["node_T"] = target
+    z["labelled_mask"] = (z.pop("train_mask") | z.pop("val_mask")).astype(np.int8)
+    del z["labels"], z["test_mask"]
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".npz")
+    os.close(fd)
+    np.savez(tmp, **z)
+    os.replace(tmp, path)
+    return path

@@ -71,7 +71,7 @@ def test_a_second_vertex_input_binds_from_its_own_data():
     assert dims["F"] == 3 and dims["K"] == 5 and dims["C"] == 3 and dims["N"] == 4
     del g.ndata["P"]
     with pytest.raises(GdslError, match=r"no vertex data 'P' for the program's input 'P' \(have: none\); .*"
-                                        r"graph.ndata\['P'\], which an .npz file does not carry"):
+                                        r"graph.ndata\['P'\]: the array 'node_P' of an .npz file"):
         bind_dims(_checked(TWO_INPUTS), g)
 
 

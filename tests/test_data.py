@@ -98,7 +98,7 @@ def run_clis(*argvs: list[str]) -> list[tuple[int, str, str]]:
 
 # -- broken files ----------------------------------------------------------
 
-@pytest.mark.parametrize("missing", ["src", "dst", "features", "labels"])
+@pytest.mark.parametrize("missing", ["src", "dst", "features"])
 def test_missing_required_array(tmp_path, cora_arrays, missing):
     arrays = {k: v for k, v in cora_arrays.items() if k != missing}
     p = write(tmp_path / f"no_{missing}.npz", arrays)
@@ -106,9 +106,19 @@ def test_missing_required_array(tmp_path, cora_arrays, missing):
     assert all(f"'{k}'" not in msg.split("(")[0] for k in REQUIRED if k != missing)
 
 
+def test_labels_are_required_by_a_label_input_only(tmp_path, cora_arrays, capsys):
+    """A file without `labels` loads (a regression or autoencoder task has
+    none); a program with a label input is refused at its binding, naming
+    the file and the array."""
+    p = write(tmp_path / "no_labels.npz", {k: v for k, v in cora_arrays.items() if k != "labels"})
+    assert load_graph(p).labels is None
+    cli_refuses(capsys, p, "the program's input 'Y' needs labels, but the graph has none (an .npz file gives them "
+                "as the array 'labels')")
+
+
 def test_all_required_arrays_missing(tmp_path):
     p = write(tmp_path / "only_masks.npz", {"train_mask": np.ones(3, bool)})
-    refused(p, "missing arrays", "'src'", "'dst'", "'features'", "'labels'")
+    refused(p, "missing arrays", "'src'", "'dst'", "'features'")
 
 
 def _edit(**changes):
@@ -138,7 +148,9 @@ BROKEN = {
     "edge_id_negative": (lambda d: (d["src"].__setitem__(0, -1), d)[1], ("edge endpoint -1", "out of range")),
     "edge_id_uint64_huge": (lambda d: _edit(src=np.array([2 ** 63 + 5] + [0] * (len(d["src"]) - 1), np.uint64))(d),
                             ("'src' holds 9223372036854775813", "does not fit in int64")),   # was: shown wrapped
-    "mask_int": (lambda d: _edit(train_mask=d["train_mask"].astype(np.int64))(d), ("'train_mask'", "bool", "int64")),
+    # 0/1 integers are a mask (as Graph.from_edges takes them); other integers are not
+    "mask_int": (lambda d: _edit(train_mask=d["train_mask"].astype(np.int64) * 2)(d),
+                 ("'train_mask'", "bool (or 0/1 integers)", "int64", "values other than 0 and 1")),
     "mask_short": (lambda d: _edit(val_mask=d["val_mask"][:3])(d), ("'val_mask'", "[3]", "[5]")),
     "mask_2d": (lambda d: _edit(test_mask=d["test_mask"][None])(d), ("'test_mask'",)),
     "edge_data_short": (_edit(edge_w=np.ones(3, np.float32)), ("edge data 'w'", "3", "10")),
@@ -225,21 +237,24 @@ def test_array_beyond_the_machine_memory_refused(tmp_path, monkeypatch):
 
 
 def test_unknown_arrays_ignored_with_a_warning(tmp_path, capsys):
-    """A typo such as 'trian_mask' is named (was: silently ignored); the
-    graph loads from the arrays of the format."""
+    """A mask of any name loads (`NAME_mask`, as PyG's and DGL's fields); a
+    typo such as 'trian_mask' is named where the program is bound, which
+    declares no such mask (was: at the loader, so masks of other names
+    could not be given). A member that is not a .npy array is ignored with
+    a warning at the loader."""
     d = tiny()
     d["trian_mask"] = d.pop("train_mask")
     p = write(tmp_path / "typo.npz", d)
-    with pytest.warns(UserWarning, match=r"ignoring array 'trian_mask' \(not part of the .npz graph format"):
-        g = load_graph(p)
-    assert "train" not in g.masks and "val" in g.masks
+    g = load_graph(p)
+    assert "train" not in g.masks and "val" in g.masks and "trian" in g.masks
     assert main(["compile", GCN, "--data", str(p)]) == 0
-    assert "gdsl: warning:" in capsys.readouterr().err
-    # a member that is not a .npy array is ignored too, and not called an array
+    assert "gdsl: warning: " + str(p) + ": mask 'trian_mask' is not read: the program declares no mask of that " \
+        "name (it declares: train, val, test)" in capsys.readouterr().err
+    # a member that is not a .npy array is ignored, and not called an array
     import zipfile
     with zipfile.ZipFile(p, "a") as z:
         z.writestr("readme.txt", "notes\n")
-    with pytest.warns(UserWarning, match=r"ignoring array 'trian_mask' and member 'readme.txt' \(not a .npy array\) "
+    with pytest.warns(UserWarning, match=r"ignoring member 'readme.txt' \(not a .npy array\) "
                                          r"\(not part of the .npz graph format"):
         load_graph(p)
 
@@ -250,7 +265,7 @@ def test_multi_split_masks_of_a_wrong_rank_refused(tmp_path, shape):
     empty `train_masks` loaded silently, and split 0 trained)."""
     d = tiny()
     d["train_masks"] = np.zeros(shape, bool)
-    refused(write(tmp_path / "m.npz", d), "'train_masks' must be bool of shape [S, 5] with S >= 1 splits",
+    refused(write(tmp_path / "m.npz", d), "'train_masks' must be bool (or 0/1 integers) of shape [S, 5] with S >= 1 splits",
             f"shape {list(shape)}")
 
 
@@ -575,17 +590,17 @@ def test_multi_split(tmp_path, with_single):
 @pytest.mark.parametrize("split", [0, 1])   # split 0 uses the single masks: was not checked there
 def test_multi_split_broken(tmp_path, split):
     d = tiny()
-    d["train_masks"] = np.zeros((2, 5), np.int8)
+    d["train_masks"] = np.full((2, 5), 2, np.int8)
     with pytest.raises(GdslError) as ei:
         load_graph(write(tmp_path / "int_masks.npz", d), split=split)
-    assert "array 'train_masks' must be bool of shape [S, 5] with S >= 1 splits, got dtype int8 shape [2, 5]" \
-        in str(ei.value)
+    assert "array 'train_masks' must be bool (or 0/1 integers) of shape [S, 5] with S >= 1 splits, got dtype int8 " \
+        "shape [2, 5]" in str(ei.value)
     d = tiny()
     d["val_masks"] = np.zeros((2, 4), bool)
     with pytest.raises(GdslError) as ei:
         load_graph(write(tmp_path / "short_masks.npz", d), split=split)
-    assert "array 'val_masks' must be bool of shape [S, 5] with S >= 1 splits, got dtype bool shape [2, 4]" \
-        in str(ei.value)
+    assert "array 'val_masks' must be bool (or 0/1 integers) of shape [S, 5] with S >= 1 splits, got dtype bool " \
+        "shape [2, 4]" in str(ei.value)
 
 
 def test_split_on_single_split_file_refused(tmp_path, capsys):

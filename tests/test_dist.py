@@ -31,10 +31,10 @@ if MPIEXEC is None:
 DRIVER = ROOT / "tests" / "dist_driver.py"
 EPOCHS = 20
 GCN, SAGE, GAT = (str(ROOT / "programs" / f"{p}.gd") for p in ("gcn", "sage", "gat"))
-MSE_AE, EDGE_DROPOUT, BCE_X, EW_MAX, SDDMM_X, SPARSE_HINT, TWIN = (
+MSE_AE, EDGE_DROPOUT, BCE_X, EW_MAX, SDDMM_X, SPARSE_HINT, TWIN, VTARGET = (
     str(ROOT / "tests" / "dist_programs" / f"{p}.gd")
     for p in ("mse_autoencoder", "edge_dropout", "bce_features", "elementwise_max", "sddmm_features",
-              "gcn_sparse_first_hint", "twin_dropout"))
+              "gcn_sparse_first_hint", "twin_dropout", "vertex_target"))
 
 # every exact plan; (plan, halo); rows_replicated(2) needs c^2 | P
 EXACT = [("rows(hash)", "alltoallv"), ("rows(hash)", "bcast"), ("rows(random)", "alltoallv"),
@@ -77,6 +77,8 @@ def _configs(P: int) -> list[dict]:
         out += [_cfg(SPARSE_HINT, "cora", "redistribute(1)", epochs=10)]
         # the ranks' compile orders the twin layers by width, `gdsl run`'s by `invariant`: the same masks
         out += [_cfg(TWIN, "cora", p, epochs=5) for p in ("rows(hash)", "replicate")]
+        # a second vertex input from the file's node_T (target and src.T), masks of another name, no labels
+        out += [_cfg(VTARGET, "vertex_target", p, epochs=10) for p in ("vertex_cut", "replicate", "redistribute")]
     else:
         out += [_cfg(SAGE, "cora", "rows_replicated(2)"), _cfg(SAGE, "cora", "rows(hash)", "bcast")]
         out += [_cfg(GAT, "cora", "rows(hash)", "bcast"), _cfg(GAT, "cora", "features")]
@@ -100,6 +102,8 @@ def run_driver(P: int, configs: list[dict], timeout: int = 600, env: dict | None
 
 @functools.cache
 def results(P: int) -> dict:
+    from helpers import vertex_target_npz
+    vertex_target_npz()   # written before the ranks read it
     out = {}
     for res in run_driver(P, _configs(P)):
         c = res["config"]
@@ -114,6 +118,9 @@ def reference(program: str, data: str, epochs: int = EPOCHS, seed: int = 0):
     if data.startswith("rmat"):
         from gdsl.graph.synthetic import rmat_graph
         g = rmat_graph(int(data[4:].replace("k", "000")))
+    elif data == "vertex_target":
+        from helpers import vertex_target_npz
+        g = gdsl.load_graph(vertex_target_npz())
     else:
         g = gdsl.load_graph(data)
     return train(gdsl.compile(program), g, epochs=epochs, seed=seed, backend="reference")

@@ -96,7 +96,8 @@ class DistModule(ReferenceModule):
         self.graph = SimpleNamespace(
             features=None if part.features is None else fn.as_tensor(part.features, dev),
             labels=None if part.labels is None else fn.as_tensor(part.labels, dev),
-            masks={k: fn.as_tensor(v, dev) for k, v in part.masks.items()}, ndata={}, edata={})
+            masks={k: fn.as_tensor(v, dev) for k, v in part.masks.items()},
+            ndata={k: fn.as_tensor(v, dev) for k, v in part.ndata.items()}, edata={})
         self.gd = _view(part.own_pos, part.src, part.dst, part.in_degree, part.out_degree, part.edata, self.graph,
                         dev)
         self.full = None
@@ -602,8 +603,10 @@ class DistModule(ReferenceModule):
             return self.gd.edge_env[op.attrs["name"]]
         if op.attrs["name"] == self.feature_input:
             return self.graph.features if x is None else x
-        raise GdslError(f"distributed runs support the feature input and edge inputs; vertex input "
-                        f"'{op.attrs['name']}' is not partitioned")
+        if op.attrs["name"] in self.graph.ndata:   # a further vertex input: this rank's owned rows
+            return self.graph.ndata[op.attrs["name"]]
+        raise GdslError(f"vertex input '{op.attrs['name']}' has no data on this rank (graph.ndata has "
+                        f"{', '.join(self.graph.ndata) or 'none'})")
 
     def _loss_rows(self):
         op = self.loss_op

@@ -144,6 +144,7 @@ class RankPart:
     recv_idx: list[np.ndarray] = field(default_factory=list)
     extra: dict[str, np.ndarray] = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    ndata: dict[str, np.ndarray] = field(default_factory=dict)   # [n_own, ...]: vertex inputs after the first
 
     @property
     def n_local(self) -> int:
@@ -204,7 +205,10 @@ def build_parts(spec: Spec, g: Graph, P: int) -> list[RankPart]:
         raise GdslError(f"the number of ranks must be at least 1, got {P}")
     build = {"replicate": _replicate, "rows": _rows, "rows_replicated": _rows_replicated,
              "vertex_cut": _vertex_cut, "features": _features, "redistribute": _redistribute}[spec.strategy]
-    return build(spec, g, P)
+    parts = build(spec, g, P)
+    for pr in parts:   # a further vertex input: the rows whose labels the rank holds, its owned rows
+        pr.ndata = {k: _np(v)[pr.owned_rows] for k, v in g.ndata.items()}
+    return parts
 
 
 def _replicate(spec: Spec, g: Graph, P: int) -> list[RankPart]:
@@ -409,6 +413,8 @@ def save_part(pr: RankPart, directory: str | Path, meta: dict) -> Path:
         arrays[f"mask.{k}"] = v
     for k, v in pr.edata.items():
         arrays[f"edata.{k}"] = v
+    for k, v in pr.ndata.items():
+        arrays[f"ndata.{k}"] = v
     for name, lst in (("send_idx", pr.send_idx), ("recv_idx", pr.recv_idx)):
         if lst:
             arrays[f"{name}.counts"] = np.array([a.size for a in lst], np.int64)
@@ -478,6 +484,7 @@ def load_part(directory: str | Path, rank: int, size: int, expect: dict | None =
                         {k[5:]: v for k, v in a.items() if k.startswith("mask.")},
                         {k[6:]: v for k, v in a.items() if k.startswith("edata.")},
                         lst("send_idx"), lst("recv_idx"),
-                        {k[6:]: v for k, v in a.items() if k.startswith("extra.")}, h.get("meta", {}))
+                        {k[6:]: v for k, v in a.items() if k.startswith("extra.")}, h.get("meta", {}),
+                        {k[6:]: v for k, v in a.items() if k.startswith("ndata.")})
     except (KeyError, TypeError) as e:   # a file of the right format with an entry missing
         raise GdslError(f"{path}: not a complete gdsl partition file (no {e})") from None

@@ -61,6 +61,12 @@ def _check_factor(other: Value, where: str, name) -> None:
         raise GdslError(f"{where}: its factor {name(other)} is computed from the graph "
                         f"({other.owner.name}), but the feature split has only graph constants and inputs "
                         "on every vertex; use rows")
+    if other.type.domain == "vertex" and other.owner is not None and other.owner.name == "input":
+        # a vertex input after the first: each rank holds its own rows of it, P3's layer 1 runs on every vertex
+        # (was: an internal shape error)
+        raise GdslError(f"{where}: its factor {name(other)} is the vertex input '{other.owner.attrs['name']}', "
+                        "which the feature split holds on each rank's own rows only (it splits the first vertex "
+                        "input by columns); use rows")
 
 
 def feature_input(module: Module) -> str | None:

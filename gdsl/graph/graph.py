@@ -82,8 +82,11 @@ class Graph:
     @classmethod
     def from_edges(cls, src, dst, num_nodes: int | None = None, *, features=None, labels=None,
                    train_mask=None, val_mask=None, test_mask=None, masks: dict | None = None,
-                   edata: dict | None = None, name: str = "graph", where: str = "graph") -> "Graph":
-        """Build a graph from edge lists (numpy arrays, lists or tensors); validated."""
+                   edata: dict | None = None, ndata: dict | None = None, name: str = "graph",
+                   where: str = "graph") -> "Graph":
+        """Build a graph from edge lists (numpy arrays, lists or tensors); validated.
+        `edata` / `ndata`: per-edge / per-vertex data by name, read by the
+        program's edge inputs and its vertex inputs after the first."""
         for what, x in (("src", src), ("dst", dst)):
             if x is None:   # (was: "dst: object arrays are not accepted", for PyG's from_edges(edge_index, None))
                 raise GdslError(f"{where}: {what} is None: from_edges(src, dst, ...) takes the two endpoint arrays; "
@@ -101,7 +104,7 @@ class Graph:
         if num_nodes >= 2 ** 63:   # (was: an id of 2**63 - 1 made max id + 1 wrap to a negative num_nodes)
             raise GdslError(f"{where}: num_nodes {num_nodes} (the largest vertex id + 1, when not given) does not "
                             "fit in int64")
-        for what, d in (("masks", masks), ("edata", edata)):
+        for what, d in (("masks", masks), ("edata", edata), ("ndata", ndata)):
             if d is not None and not isinstance(d, dict):
                 raise GdslError(f"{where}: {what} must be a dict of name -> tensor, got {type(d).__name__}")
             if d is not None and any(not isinstance(k, str) for k in d):
@@ -116,6 +119,7 @@ class Graph:
                 None if labels is None else _as_tensor(labels, torch.int64, "labels"),
                 {k: _as_tensor(v, torch.bool, f"{k} mask") for k, v in all_masks.items()},
                 {k: _as_tensor(v, torch.float32, f"edge data '{k}'", where=where) for k, v in (edata or {}).items()},
+                {k: _as_tensor(v, torch.float32, f"vertex data '{k}'", where=where) for k, v in (ndata or {}).items()},
                 name=name)
         g.validate(where)
         return g

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import warnings
 import zipfile
 import zlib
@@ -19,7 +20,7 @@ from gdsl.diagnostics import GdslError
 from gdsl.graph.graph import Graph
 
 BUILTIN = ("cora", "citeseer")
-REQUIRED = ("src", "dst", "features", "labels")
+REQUIRED = ("src", "dst", "features")
 
 
 def builtin_dataset(name: str) -> Path:
@@ -38,11 +39,28 @@ def resolve_data(spec: str | None) -> Path:
     return Path(spec)
 
 
-FORMAT = REQUIRED + tuple(f"{s}_mask{m}" for s in ("train", "val", "test") for m in ("", "s"))
+FORMAT = REQUIRED + ("labels",)
+STANDARD_MASKS = ("train", "val", "test")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _mask_name(key: str) -> str | None:
+    """'train' for 'train_mask' or 'train_masks' (any name, as PyG's and DGL's
+    `*_mask` fields), else None."""
+    for suffix in ("_masks", "_mask"):
+        if key.endswith(suffix) and _NAME.fullmatch(key[:-len(suffix)]):
+            return key[:-len(suffix)]
+    return None
+
+
+def _data_name(key: str, prefix: str) -> str | None:
+    """'w' for 'edge_w' (prefix 'edge_'), 'T' for 'node_T': a name an input can have."""
+    return key[len(prefix):] if key.startswith(prefix) and _NAME.fullmatch(key[len(prefix):]) else None
 
 
 def _known(key: str) -> bool:
-    return key in FORMAT or key.startswith("edge_")
+    return (key in FORMAT or _mask_name(key) is not None or _data_name(key, "edge_") is not None
+            or _data_name(key, "node_") is not None)
 
 
 def _check_declared_size(zf: zipfile.ZipFile, where: str, key: str) -> None:
@@ -73,6 +91,11 @@ def _check_declared_size(zf: zipfile.ZipFile, where: str, key: str) -> None:
     if need > memory:
         raise GdslError(f"{where}: array '{key}' of shape {list(shape)} needs {fmt_bytes(need)}, more than this "
                         f"machine's memory ({fmt_bytes(memory)})")
+
+
+def _maskish(a: np.ndarray) -> bool:
+    """bool, or integers that are all 0 or 1."""
+    return a.dtype == np.bool_ or (a.dtype.kind in "iu" and bool(((a == 0) | (a == 1)).all()))
 
 
 def _is_a_directory(typed, p: Path) -> str:
@@ -135,7 +158,7 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
                     + [f"member{'s' if len(other) > 1 else ''} {', '.join(repr(k) for k in other)} "
                        "(not a .npy array)"] * bool(other)
                 warnings.warn(f"{where}: ignoring {' and '.join(what)} (not part of the .npz graph "
-                              f"format: {', '.join(FORMAT)}, edge_*)", stacklevel=2)
+                              f"format: {', '.join(FORMAT)}, NAME_mask(s), edge_NAME, node_NAME)", stacklevel=2)
             for k in z.files:
                 if not _known(k):
                     continue
@@ -157,9 +180,12 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
     missing = [k for k in REQUIRED if k not in arrays]
     if missing:
         raise GdslError(f"{where}: missing array{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)} "
-                        f"(an .npz graph holds src, dst, features, labels and masks)")
-    src, dst, feats, labels = (arrays[k] for k in REQUIRED)
+                        f"(an .npz graph holds src, dst, features, and optionally labels and masks)")
+    src, dst, feats = (arrays[k] for k in REQUIRED)
+    labels = arrays.get("labels")   # optional: a program without a label input (mse, bce of floats) needs none
     for k, a in (("src", src), ("dst", dst), ("labels", labels)):
+        if a is None:
+            continue
         if a.dtype.kind not in "iu":
             raise GdslError(f"{where}: array '{k}' must hold integers, got dtype {a.dtype}")
         if a.ndim != 1:
@@ -171,43 +197,49 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
     if len(src) != len(dst):
         raise GdslError(f"{where}: array 'dst' has {len(dst)} entries but 'src' has {len(src)}")
     n = feats.shape[0]
-    if len(labels) != n:
+    if labels is not None and len(labels) != n:
         raise GdslError(f"{where}: array 'labels' has {len(labels)} entries but 'features' has {n} rows")
-    if split != 0 and not any(f"{name}_masks" in arrays for name in ("train", "val", "test")):
+    names = sorted({m for k in arrays if (m := _mask_name(k)) is not None},
+                   key=lambda m: (m not in STANDARD_MASKS, STANDARD_MASKS.index(m) if m in STANDARD_MASKS else 0, m))
+    if split != 0 and not any(f"{name}_masks" in arrays for name in names):
         raise GdslError(f"{where}: split {split} is not available: the file has a single split (no 'train_masks')")
     masks = {}
-    for name in ("train", "val", "test"):
+    for name in names:
         single, multi = arrays.get(f"{name}_mask"), arrays.get(f"{name}_masks")
         m, key = single, f"{name}_mask"
-        if multi is not None and (multi.ndim != 2 or multi.dtype != np.bool_ or multi.shape[1] != n
+        if multi is not None and (multi.ndim != 2 or not _maskish(multi) or multi.shape[1] != n
                                   or multi.shape[0] == 0):
             # checked whichever split is used (was: only when this array's split was selected,
             # and a 1-d, 3-d or empty one not at all)
-            raise GdslError(f"{where}: array '{name}_masks' must be bool of shape [S, {n}] with S >= 1 splits, "
-                            f"got dtype {multi.dtype} shape {list(multi.shape)}")
+            raise GdslError(f"{where}: array '{name}_masks' must be bool (or 0/1 integers) of shape [S, {n}] with "
+                            f"S >= 1 splits, got dtype {multi.dtype} shape {list(multi.shape)}")
         if multi is not None and (split != 0 or single is None):
             if multi.ndim != 2 or not 0 <= split < multi.shape[0]:
                 raise GdslError(f"{where}: split {split} is not available in '{name}_masks' of shape {list(multi.shape)}")
             m, key = multi[split], f"{name}_masks"
         if m is None:
             continue
-        if m.dtype != np.bool_:
-            raise GdslError(f"{where}: array '{key}' must be bool, got dtype {m.dtype}")
+        if not _maskish(m):
+            # 0/1 integers are taken, as Graph.from_edges takes them (was: refused here only)
+            raise GdslError(f"{where}: array '{key}' must be bool (or 0/1 integers), got dtype {m.dtype}"
+                            + (" holding values other than 0 and 1" if m.dtype.kind in "iu" else ""))
         if m.shape != (n,):
             raise GdslError(f"{where}: array '{key}' has shape {list(m.shape)}, expected [{n}]")
-        masks[name] = m
-    edata = {k[len("edge_"):] if k.startswith("edge_") else k: v for k, v in arrays.items()
-             if k.startswith("edge_")}
-    for k, v in edata.items():
-        if v.dtype.kind not in "fiub":
-            raise GdslError(f"{where}: array 'edge_{k}' must be numeric, got dtype {v.dtype}")
-        if v.ndim < 1:
-            raise GdslError(f"{where}: array 'edge_{k}' must have one row per edge, got a scalar")
+        masks[name] = m.astype(bool)
+    edata = {name: v for k, v in arrays.items() if (name := _data_name(k, "edge_")) is not None}
+    ndata = {name: v for k, v in arrays.items() if (name := _data_name(k, "node_")) is not None}
+    for prefix, d, per in (("edge_", edata, "edge"), ("node_", ndata, "vertex")):
+        for k, v in d.items():
+            if v.dtype.kind not in "fiub":
+                raise GdslError(f"{where}: array '{prefix}{k}' must be numeric, got dtype {v.dtype}")
+            if v.ndim < 1:
+                raise GdslError(f"{where}: array '{prefix}{k}' must have one row per {per}, got a scalar")
     # float64 features beyond float32's range are refused by from_edges, by value and row
     if feats.dtype not in (np.float32, np.float64):
         with np.errstate(over="ignore"):   # a longdouble beyond float32's range: inf, refused as such
             feats = feats.astype(np.float32)
     g = Graph.from_edges(src.astype(np.int64), dst.astype(np.int64), n, features=feats,
-                         labels=labels.astype(np.int64), masks=masks, edata=edata, name=p.stem, where=where)
+                         labels=None if labels is None else labels.astype(np.int64), masks=masks, edata=edata,
+                         ndata=ndata, name=p.stem, where=where)
     g.source = where
     return g

@@ -7,18 +7,38 @@ from gdsl.frontend.checker import CheckedProgram
 from gdsl.graph.graph import Graph
 
 
-def unread_edge_data(prog: CheckedProgram, graph: Graph) -> str | None:
-    """A warning for a data file's `edge_NAME` arrays the program has no edge
-    input for (was: silence, so gcn.gd on a file with `edge_weight` trained
-    unweighted without a word; helper-70)."""
+def unread_data(prog: CheckedProgram, graph: Graph) -> list[str]:
+    """Warnings for data the program does not read: a file's `edge_NAME` and
+    `node_NAME` arrays without an input of that name, and masks it does not
+    declare (beyond the usual train/val/test), so that a misspelt
+    `trian_mask` or an unread edge weight does not pass unnoticed (was:
+    silence, so gcn.gd on a file with `edge_weight` trained unweighted
+    without a word; helper-70)."""
+    where = graph.source or graph.name
+    out = []
     edge_inputs = {name for name, d in prog.inputs.items() if d.domain == "edge"}
     unread = [k for k in graph.edata if k not in edge_inputs]
-    if not unread or any(k not in graph.edata for k in edge_inputs):   # then binding's error names them
-        return None
-    arrays = ", ".join(f"'edge_{k}'" for k in unread)
-    decl = "; ".join(f"input {k} : edge f32" for k in unread)
-    return (f"{graph.source or graph.name}: edge data {arrays} is not read: the program declares no edge input of "
-            f"that name ({decl} reads it)")
+    if unread and all(k in graph.edata for k in edge_inputs):   # else binding's error names them
+        arrays = ", ".join(f"'edge_{k}'" for k in unread)
+        decl = "; ".join(f"input {k} : edge f32" for k in unread)
+        out.append(f"{where}: edge data {arrays} is not read: the program declares no edge input of that name "
+                   f"({decl} reads it)")
+    vertex_inputs = [name for name, d in prog.inputs.items() if d.domain == "vertex" and d.type.dtype != "label"]
+    first = vertex_inputs[0] if vertex_inputs and graph.features is not None else None
+    for k in graph.ndata:
+        if k == first:
+            out.append(f"{where}: vertex data 'node_{k}' is not read: '{k}' is the program's first vertex input, "
+                       "which reads the features")
+        elif k not in vertex_inputs:
+            out.append(f"{where}: vertex data 'node_{k}' is not read: the program declares no vertex input of that "
+                       f"name (input {k} : vertex f32[...] reads it)")
+    masks = [m for m in graph.masks if m not in prog.masks and m not in ("train", "val", "test")]
+    if masks:
+        declared = ", ".join(prog.masks) or "none"
+        out.append(f"{where}: mask{'s' if len(masks) > 1 else ''} {', '.join(repr(m + '_mask') for m in masks)} "
+                   f"{'are' if len(masks) > 1 else 'is'} not read: the program declares no mask of "
+                   f"{'those names' if len(masks) > 1 else 'that name'} (it declares: {declared})")
+    return out
 
 
 def bind_dims(prog: CheckedProgram, graph: Graph, given: dict[str, int] | None = None) -> dict[str, int]:
@@ -48,7 +68,8 @@ def bind_dims(prog: CheckedProgram, graph: Graph, given: dict[str, int] | None =
             continue
         if d.type.dtype == "label":
             if graph.labels is None:
-                raise GdslError(f"{graph.source or graph.name}: the program's input '{name}' needs labels, but the graph has none")
+                raise GdslError(f"{graph.source or graph.name}: the program's input '{name}' needs labels, but the graph "
+                                "has none (an .npz file gives them as the array 'labels')")
             declared = d.type.shape[0]
             if isinstance(declared, ast.Number):   # label[7]: labels must lie in [0, 7), not use every class
                 if graph.num_classes > declared.value:
@@ -82,9 +103,9 @@ def bind_dims(prog: CheckedProgram, graph: Graph, given: dict[str, int] | None =
                     # (was the bare first sentence, after the loader's "ignoring array 'T'": helper-70)
                     have = ", ".join(graph.ndata) or "none"
                     raise GdslError(f"{graph.source or graph.name}: no vertex data '{name}' for the program's input "
-                                    f"'{name}' (have: {have}); the program's first vertex input reads `features`, "
-                                    f"a further one graph.ndata['{name}'], which an .npz file does not carry: build "
-                                    "the graph in Python (gdsl.Graph.from_edges, then graph.ndata[...] = ...)")
+                                    f"'{name}' (have: {have}); the program's first vertex input reads the features, "
+                                    f"a further one graph.ndata['{name}']: the array 'node_{name}' of an .npz file, "
+                                    "or Graph.from_edges(..., ndata={...})")
         else:
             data = graph.edata.get(name)
             if data is None:
