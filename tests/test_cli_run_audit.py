@@ -179,9 +179,9 @@ def test_a_stopped_run_says_its_save_file_was_not_written(tmp_path, fake_launch)
     assert r.returncode == 128 + signal.SIGTERM, r.stderr
     assert r.stderr.strip().splitlines()[-3:] == [
         "gdsl: terminated (SIGTERM); all ranks stopped",
-        f"gdsl: --save {saved}: not written (the run was stopped before it ended; --checkpoint DIR keeps a "
+        f"gdsl: --save {saved}: not written (the ranks were stopped at once; --checkpoint DIR keeps a "
         "stopped distributed run's state)",
-        f"gdsl: --json {js}: not written (the run was stopped before it ended)"]   # (was: not said; helper-70)
+        f"gdsl: --json {js}: not written (the ranks were stopped at once)"]   # (was: not said; helper-70)
     (call,) = fake_launch
     assert call["P"] == 2 and call["args"]["save"] == str(saved)
     assert call["existed"] == [True] and not any(Path(d).exists() for d in call["temp_dirs"])

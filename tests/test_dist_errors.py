@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from gdsl.dist.errors import format_reports
 from helpers import gdsl_here
@@ -303,7 +305,7 @@ def test_resuming_a_checkpoint_at_or_after_the_last_epoch_is_refused(checkpoint)
 class Run:
     """`gdsl run --np 2` in the background, its temporary directories in a TMPDIR of its own."""
 
-    def __init__(self, tmp_path: Path, epochs: int = 2000):
+    def __init__(self, tmp_path: Path, epochs: int = 2000, extra: tuple = ()):
         self.prog = tmp_path / f"sig_{os.getpid()}_{time.monotonic_ns()}.gd"   # unique: find this run's processes
         self.prog.write_text(Path(GCN).read_text())
         self.tmp = tmp_path / "tmpdir"
@@ -311,7 +313,7 @@ class Run:
         # under nohup (or as a background job) SIGHUP / SIGINT arrive ignored, and gdsl keeps them so:
         # restore the defaults, then exec gdsl (same pid)
         argv = [sys.executable, "-m", "gdsl.cli", "run", str(self.prog), "--np", "2", "--partition", "rows",
-                "--epochs", str(epochs), "--log-every", "1"]
+                "--epochs", str(epochs), "--log-every", "1", *map(str, extra)]
         boot = ("import os, signal, sys\n"
                 "for s in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):\n"
                 "    signal.signal(s, signal.SIG_DFL)\n"
@@ -354,14 +356,19 @@ class Run:
                 pass
 
 
-def _signal_run(tmp_path, sig, stop_a_rank=False):
-    run = Run(tmp_path)
+def _signal_run(tmp_path, sig, stop_a_rank=False, extra=(), again=None):
+    run = Run(tmp_path, extra=extra)
     try:
         assert run.leftovers(), "the run has no temporary directories to remove"
         if stop_a_rank:
             os.kill(run.pids(ranks_only=True)[0], signal.SIGSTOP)
         t0 = time.monotonic()
         run.proc.send_signal(sig)
+        if again is not None:   # a second signal while the launcher waits for the ranks to answer
+            while not any("the ranks stop after their current epoch" in ln for ln in list(run.err)):
+                assert time.monotonic() - t0 < 10 and run.proc.poll() is None, "".join(run.err)
+                time.sleep(0.02)
+            run.proc.send_signal(again)
         rc = run.proc.wait(30)
         took = time.monotonic() - t0
         run.reader.join(5)
@@ -371,21 +378,62 @@ def _signal_run(tmp_path, sig, stop_a_rank=False):
         raise
 
 
+def _what(sig) -> str:
+    return "interrupted" if sig == signal.SIGINT else f"terminated ({signal.Signals(sig).name})"
+
+
 @pytest.mark.mpi
 @pytest.mark.skipif(not _has_mpi() or not Path("/proc").is_dir(), reason="needs MPI and /proc")
-@pytest.mark.parametrize("sig,stop_a_rank", [(signal.SIGTERM, False), (signal.SIGHUP, False),
-                                             (signal.SIGTERM, True), (signal.SIGINT, False)])
-def test_sigterm_and_sighup_stop_every_rank_and_remove_the_temporary_directories(tmp_path, sig, stop_a_rank):
-    """What `timeout` sends: was the parent gone at once, mpiexec and the
-    ranks running on for seconds (forever with a SIGSTOPped rank), and
-    /tmp/gdsl-parts-*, /tmp/gdsl-run-* left behind."""
-    run, rc, took = _signal_run(tmp_path, sig, stop_a_rank)
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_lets_the_ranks_finish_their_epoch_and_keep_what_they_trained(tmp_path, sig):
+    """What `timeout`, a batch scheduler, a closed terminal and Ctrl-C send:
+    the ranks stop together after an epoch and write what one process writes
+    when stopped (was: every rank killed at once, --json and --save not
+    written), with the exit status 128 + the signal; the temporary
+    directories are removed and no process is left. `--resume` of the
+    checkpoint written at the stop trains on exactly."""
+    js, saved, ck = tmp_path / "r.json", tmp_path / "w.pt", tmp_path / "ck"
+    run, rc, took = _signal_run(tmp_path, sig, extra=("--json", js, "--save", saved, "--checkpoint", ck))
     try:
-        assert rc == 128 + sig
-        name = signal.Signals(sig).name
-        last = "gdsl: interrupted" if sig == signal.SIGINT else f"gdsl: terminated ({name})"
-        assert "".join(run.err).strip().splitlines()[-1] == last + "; all ranks stopped"
+        err = "".join(run.err)
+        assert rc == 128 + sig, err
+        assert f"gdsl: {_what(sig)}: the ranks stop after their current epoch and keep what they trained (" \
+               f"{'Ctrl-C again' if sig == signal.SIGINT else 'a second signal'} stops them at once)" in err
+        m = re.search(rf"gdsl: {re.escape(_what(sig))} after (\d+) epochs?; {re.escape(str(ck))} holds the "
+                      r"checkpoint after epoch (\d+)", err)
+        assert m and m.group(1) == m.group(2), err
+        n = int(m.group(1))
+        assert f"wrote {saved} (the params when stopped after epoch {n}, as one process holds them" in err
+        out = json.loads(js.read_text())
+        assert out["interrupted"] is True and len(out["epochs"]) == n and out["final"]["epoch"] == n
+        assert json.loads((ck / "checkpoint.json").read_text())["epoch"] == n
+        assert set(torch.load(saved)) == {"GCNConv_1.W", "GCNConv_1.b", "GCNConv_2.W", "GCNConv_2.b"}
         assert took < 10
+        assert run.gone_within(2), "mpiexec or a rank left running"
+        assert run.leftovers() == []
+    finally:
+        run.cleanup()
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(not _has_mpi() or not Path("/proc").is_dir(), reason="needs MPI and /proc")
+@pytest.mark.parametrize("again", [None, signal.SIGINT])
+def test_ranks_that_cannot_finish_their_epoch_are_stopped_at_once(tmp_path, again):
+    """A SIGSTOPped rank cannot answer: after a few epochs' time (or at a
+    second signal) every rank is stopped at once (SIGTERM, then SIGKILL),
+    --json is said not to be written, and nothing is left behind."""
+    js = tmp_path / "r.json"
+    run, rc, took = _signal_run(tmp_path, signal.SIGTERM, stop_a_rank=True, extra=("--json", js), again=again)
+    try:
+        err = "".join(run.err).strip().splitlines()
+        assert rc == 128 + signal.SIGTERM, err
+        why = "gdsl: Ctrl-C again: stopping the ranks at once" if again else \
+            "gdsl: the ranks did not answer within"
+        assert any(ln.startswith(why) for ln in err), err
+        assert err[-2:] == ["gdsl: terminated (SIGTERM); all ranks stopped",
+                            f"gdsl: --json {js}: not written (the ranks were stopped at once)"]
+        assert not js.exists()
+        assert took < 15
         assert run.gone_within(2), "mpiexec or a rank left running"
         assert run.leftovers() == []
     finally:

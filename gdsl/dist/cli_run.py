@@ -319,11 +319,13 @@ def run_distributed(args, prog, graph, data) -> int:
             else:
                 msg, code = "gdsl: interrupted", 130
             print(msg + ("; all ranks stopped" if launched else ""), file=sys.stderr)
+            # (the first signal lets the ranks finish their epoch and write them: gdsl/dist/stop.py;
+            # here they were stopped at once, by a second signal or as they did not answer)
             if launched and getattr(args, "save", None):
-                print(f"gdsl: --save {args.save}: not written (the run was stopped before it ended; "
+                print(f"gdsl: --save {args.save}: not written (the ranks were stopped at once; "
                       "--checkpoint DIR keeps a stopped distributed run's state)", file=sys.stderr)
             if launched and getattr(args, "json", None):   # (was: said of --save only; helper-70)
-                print(f"gdsl: --json {args.json}: not written (the run was stopped before it ended)", file=sys.stderr)
+                print(f"gdsl: --json {args.json}: not written (the ranks were stopped at once)", file=sys.stderr)
             return code
         finally:
             if tmp:

@@ -152,8 +152,13 @@ def launch(args: dict, P: int, extra_env: dict | None = None, temp_dirs: list[st
                    threading.Thread(target=_watch_ranks, args=(run_dir, P, done, first_dead), daemon=True)]
         for t in threads:
             t.start()
+        stopped = None
         try:
-            rc = proc.wait()   # a rank that waits too long in MPI stops the run itself (--comm-timeout)
+            try:
+                rc = proc.wait()   # a rank that waits too long in MPI stops the run itself (--comm-timeout)
+            except (KeyboardInterrupt, Terminated) as e:
+                rc = _stop_after_epoch(proc, run_dir, e)   # the ranks keep what they trained (gdsl/dist/stop.py)
+                stopped = e
         finally:
             done.set()
         for t in threads:
@@ -161,6 +166,8 @@ def launch(args: dict, P: int, extra_env: dict | None = None, temp_dirs: list[st
         if rc == 0 and failed:   # as one process says it (gdsl/cli.py)
             print(f"gdsl: error: {(failed[0].strerror or str(failed[0])).lower()}", file=sys.stderr)
             return 1
+        if rc == 0 and stopped is not None:   # as one process stopped by the signal (gdsl/cli.py)
+            return 128 + (stopped.signum if isinstance(stopped, Terminated) else int(signal.SIGINT))
         if rc == 0:
             return 141 if closed else 0   # as `gdsl run | head` (gdsl/cli.py)
         reports = read_reports(run_dir)
@@ -185,6 +192,50 @@ def launch(args: dict, P: int, extra_env: dict | None = None, temp_dirs: list[st
         raise
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _stop_after_epoch(proc: subprocess.Popen, run_dir: str, first: BaseException) -> int:
+    """The first Ctrl-C / SIGTERM / SIGHUP while the ranks train: ask them to
+    stop after their current epoch (gdsl/dist/stop.py) and wait for them to
+    end the run; returns mpiexec's exit status. Re-raises `first` (the
+    caller then stops every rank at once) on a second signal, or when the
+    ranks do not answer within a few epochs' time (a stopped or hung rank)."""
+    from gdsl.dist import stop
+    signum = first.signum if isinstance(first, Terminated) else int(signal.SIGINT)
+    stop.request(run_dir, signum)
+    again = "Ctrl-C again" if signum == signal.SIGINT else "a second signal"
+    print(f"gdsl: {'interrupted' if signum == signal.SIGINT else f'terminated ({signal.Signals(signum).name})'}: "
+          f"the ranks stop after their current epoch and keep what they trained ({again} stops them at once)",
+          file=sys.stderr)
+
+    class Again(BaseException):
+        pass
+
+    def at_once(sig, frame):
+        raise Again(sig)
+
+    sigs = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    old = {sig: signal.signal(sig, at_once) for sig in sigs if signal.getsignal(sig) != signal.SIG_IGN}
+    try:
+        within = stop.answer_within(run_dir)
+        deadline = time.monotonic() + within
+        while not stop.acknowledged(run_dir):
+            try:
+                return proc.wait(0.05)
+            except subprocess.TimeoutExpired:
+                pass
+            if time.monotonic() > deadline:
+                print(f"gdsl: the ranks did not answer within {within:.1f} s (a rank stopped or hung): stopping "
+                      "them at once", file=sys.stderr)
+                raise first
+        return proc.wait()   # they stop after this epoch: its evaluation, checkpoint, --json and --save
+    except Again as e:
+        name = "Ctrl-C" if e.args[0] == signal.SIGINT else signal.Signals(e.args[0]).name
+        print(f"gdsl: {name} again: stopping the ranks at once", file=sys.stderr)
+        raise first from None
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
 
 
 def _watch_ranks(run_dir: str, P: int, done: threading.Event, first_dead: list, every: float = 0.01) -> None:

@@ -24,6 +24,7 @@ from gdsl.diagnostics import GdslError
 from gdsl.dist.comm import WATCHDOG, waiting
 from gdsl.dist.errors import AllRanksError
 from gdsl.dist.part import read_header
+from gdsl.dist.stop import Stop
 from gdsl.runtime.files import torch_save
 
 # Every rank prints nothing but errors; rank 0 prints progress and results.
@@ -414,9 +415,12 @@ def make_model(prog, part, comm, dims: dict, seed: int, backend: str = "referenc
 
 def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, history: list | None = None,
                on_epoch=None, checkpoint: Path | None = None, every: int = 10, traffic: bool = False,
-               identity: dict | None = None) -> list[dict]:
+               identity: dict | None = None, stop=None) -> list[dict]:
     """Full-batch training of one rank's model; returns the per-epoch records
-    (global loss and accuracies; with `traffic`, bytes per collective)."""
+    (global loss and accuracies; with `traffic`, bytes per collective).
+    `stop` (gdsl/dist/stop.py): the launcher's request to stop, looked for at
+    each epoch's loss all-reduce; the ranks then finish that epoch (and
+    write its checkpoint) and return, with `stop.epoch` set."""
     from gdsl.runtime.trainer import (
         accuracy_masks,
         make_optimizer,
@@ -451,7 +455,11 @@ def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, histo
         model.sync_grads()
         # the global loss and which gradients are non-finite on some rank (P3's model-parallel
         # weights are local): every rank stops here alike, before the step, as one process does
-        loss_value, *flags = comm.allreduce_scalars([float(loss.detach())] + nonfinite_grads(model))
+        # (and whether the launcher asked any rank to stop: every rank learns it in this epoch)
+        loss_value, stopping, *flags = comm.allreduce_scalars([float(loss.detach()), stop.seen() if stop else 0.0]
+                                                               + nonfinite_grads(model))
+        if stopping:
+            stop.acknowledge(epoch)
         if not math.isfinite(loss_value):
             raise AllRanksError(nonfinite_loss(epoch, loss_value))
         if (why := nonfinite_grad(model, flags, epoch, loss_value)) is not None:
@@ -471,9 +479,13 @@ def train_loop(model, cfg, comm, epochs: int, *, opt=None, start: int = 0, histo
         history.append(rec)
         if on_epoch is not None:
             on_epoch(rec)
-        if checkpoint is not None and (epoch % every == 0 or epoch == epochs):
+        if checkpoint is not None and (epoch % every == 0 or epoch == epochs or stopping):
             model.finish()
             _save_checkpoint(checkpoint, comm, model, opt, epoch, history, identity)
+        if stopping:
+            break
+        if stop is not None:
+            stop.heartbeat(rec["time"])
     WATCHDOG.where = "the end of the run"
     model.finish()
     return history
@@ -532,15 +544,23 @@ def run_rank(args: dict) -> int:
 
     report = args.get("report") == "comm"
     ck = Path(args["checkpoint"]) if args.get("checkpoint") else None
+    stop = Stop(args.get("run_dir"), rank)
     train_loop(model, cfg, comm, epochs, opt=opt, start=start, history=history, on_epoch=on_epoch,
                checkpoint=ck, every=int(args.get("checkpoint_every") or 10), traffic=bool(report or args.get("json")),
-               identity=identity)
+               identity=identity, stop=stop)
+    if stop.epoch is not None and rank == 0:   # as one process says it (gdsl/cli.py)
+        live = sys.stderr.isatty()
+        n = len(history) - start
+        print(f"{chr(10) if live else ''}gdsl: {stop.what()} after {n} epoch{'s' if n != 1 else ''}"
+              + (f" (resumed after epoch {start})" if start else "")
+              + (f"; {ck} holds the checkpoint after epoch {stop.epoch}" if ck else ""), file=sys.stderr)
     kernels = {} if model.kernels is None else dict(model.kernels.used)
     state = full_state_dict(model, comm) if args.get("save") and history else None   # every rank takes part
     if rank == 0:
         def save_file():
             save_state_dict(args["save"], state)
-            print(f"wrote {args['save']} (the params after epoch {history[-1]['epoch']}, as one process holds "
+            when = " when stopped" if stop.epoch is not None else ""
+            print(f"wrote {args['save']} (the params{when} after epoch {history[-1]['epoch']}, as one process holds "
                   f"them; model.load_state_dict(torch.load({str(args['save'])!r})))", file=sys.stderr)
 
         def json_file():
@@ -551,7 +571,7 @@ def run_rank(args: dict) -> int:
                                       "train": cfg.name, "model": cfg.model,
                                       "np": size, "plan": part.spec.describe(),
                                       "exact": part.spec.exact, "seed": seed, "backend": model.backend,
-                                      "kernels": kernels, "epochs": history,
+                                      "kernels": kernels, "interrupted": stop.epoch is not None, "epochs": history,
                                       "final": {k: v for k, v in last.items() if not k.startswith("comm")}})
             print(f"wrote {args['json']}", file=sys.stderr)
         # each file written even if stdout or the other file failed
