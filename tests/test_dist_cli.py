@@ -196,7 +196,8 @@ def test_checkpoint_resume_reproduces_the_loss_curve(tmp_path):
     # sage.gd's batch_size/fanout: full-batch, with the warning one process gives (was: none with --np)
     assert r.stderr.count("gdsl: warning: train block 'products' sets batch_size/fanout, but mini-batch training "
                           "is not implemented yet: training full-batch instead") == 1, r.stderr
-    assert sorted(p.name for p in ck.iterdir()) == ["checkpoint.json", "rank-0.pt", "rank-1.pt"]
+    assert sorted(p.name for p in ck.iterdir()) == ["checkpoint.json", "epoch-3"]
+    assert sorted(p.name for p in (ck / "epoch-3").iterdir()) == ["rank-0.pt", "rank-1.pt"]
     r = gdsl("run", SAGE, "--np", "2", "--partition", "rows", "--epochs", "6", "--resume", str(ck),
              "--json", str(res), "--set", "hidden=32")
     assert r.returncode == 0, r.stderr

@@ -208,6 +208,8 @@ def _copy(ck: Path, tmp_path: Path) -> Path:
 def test_checkpoint_json_records_what_wrote_it(checkpoint):
     info = json.loads((checkpoint / "checkpoint.json").read_text())
     assert info["format"] == "gdsl-checkpoint-1" and info["epoch"] == 1 and info["size"] == 2
+    assert info["dir"] == "epoch-1" and sorted(p.name for p in (checkpoint / "epoch-1").iterdir()) == \
+        ["rank-0.pt", "rank-1.pt"]
     ident = info["identity"]
     assert ident["program"] == GCN and ident["train"] == "cora" and ident["overrides"] == {}
     assert ident["plan"] == "rows(hash) halo=alltoallv" and len(ident["source"]) == 16 and ident["graph"]
@@ -228,10 +230,11 @@ def test_garbage_checkpoint_json_is_not_a_checkpoint(checkpoint, tmp_path, garba
 @pytest.mark.mpi
 def test_a_corrupt_rank_file_is_named_without_suggesting_unsafe_loading(checkpoint, tmp_path):
     d = _copy(checkpoint, tmp_path)
-    (d / "rank-1.pt").write_bytes(b"garbage, not a torch file\n")
+    bad = d / json.loads((d / "checkpoint.json").read_text())["dir"] / "rank-1.pt"
+    bad.write_bytes(b"garbage, not a torch file\n")
     r = gdsl_here("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "2", "--resume", str(d))
     assert r.returncode == 1
-    assert errors(r) == [(f"gdsl: error: rank 1: {d / 'rank-1.pt'}: corrupt, or not a gdsl checkpoint file "
+    assert errors(r) == [(f"gdsl: error: rank 1: {bad}: corrupt, or not a gdsl checkpoint file "
                           "(torch.load: UnpicklingError)")]
     assert "weights_only" not in r.stderr + r.stdout
 

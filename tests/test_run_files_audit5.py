@@ -6,6 +6,7 @@ as torch's zip writer does (a RuntimeError)."""
 from __future__ import annotations
 
 import json
+import os
 import types
 from pathlib import Path
 
@@ -47,7 +48,8 @@ class _Comm:
 
     def __init__(self, rank: int, others: str) -> None:
         self.rank, self.size = rank, 2
-        self.comm = types.SimpleNamespace(allgather=lambda mine: [mine, others] if rank == 0 else [others, mine])
+        self.comm = types.SimpleNamespace(allgather=lambda mine: [mine, others] if rank == 0 else [others, mine],
+                                          bcast=lambda obj, root=0: obj)
         self.barriers = 0
 
     def barrier(self) -> None:
@@ -68,17 +70,70 @@ def test_a_checkpoint_one_rank_cannot_write_leaves_the_last_one_whole(tmp_path, 
     m, opt = _model_and_opt()
     ck = tmp_path / "ck"
     _save_checkpoint(ck, _Comm(0, ""), m, opt, 2, [])
-    before = {p.name: p.read_bytes() for p in ck.iterdir()}
-    assert set(before) == {"rank-0.pt", "checkpoint.json"} and json.loads(before["checkpoint.json"])["epoch"] == 2
+    before = _tree(ck)
+    assert set(before) == {"epoch-2/rank-0.pt", "checkpoint.json"}
+    assert json.loads(before["checkpoint.json"]) == {"format": "gdsl-checkpoint-1", "epoch": 2, "size": 2,
+                                                     "dir": "epoch-2"}
     if who == "this rank":
         _full_disk(monkeypatch)
-        comm, said = _Comm(0, ""), r"rank 0: rank-0\.pt\.tmp: the write failed"
+        comm, said = _Comm(0, ""), r"rank 0: epoch-4/rank-0\.pt: the write failed"
     else:
-        comm, said = _Comm(0, "rank 1: rank-1.pt.tmp: No space left on device"), "rank 1: rank-1.pt.tmp: No space"
+        comm, said = _Comm(0, "rank 1: epoch-4/rank-1.pt: No space left on device"), "rank 1: epoch-4/rank-1.pt: No space"
     with pytest.raises(AllRanksError, match=rf"--checkpoint .*ck: the checkpoint of epoch 4 could not be written "
                                             rf"\({said}.*\); the checkpoint there is kept as it was"):
         _save_checkpoint(ck, comm, m, opt, 4, [])
-    assert {p.name: p.read_bytes() for p in ck.iterdir()} == before and comm.barriers == 0
+    assert _tree(ck) == before and comm.barriers == 0
+
+
+def _tree(d: Path) -> dict:
+    return {str(p.relative_to(d)): p.read_bytes() for p in d.rglob("*") if p.is_file()}
+
+
+def test_a_crash_before_the_index_names_a_new_checkpoint_leaves_the_last_one_resumable(tmp_path, monkeypatch):
+    """Every rank has written epoch 4, and the run dies before rank 0 points
+    checkpoint.json at it: the index still names epoch 2, whose files are
+    whole (was: the rank files were renamed into DIR one by one before the
+    index, so they were one epoch ahead of it and --resume refused them).
+    The next checkpoint removes what the crash left."""
+    from gdsl.dist.run import _save_checkpoint, check_resume, checkpoint_files, read_checkpoint_index
+    m, opt = _model_and_opt()
+    ck = tmp_path / "ck"
+    one = types.SimpleNamespace(rank=0, size=1, comm=types.SimpleNamespace(allgather=lambda mine: [mine]),
+                                barrier=lambda: None)
+    _save_checkpoint(ck, one, m, opt, 2, [])
+    real = os.replace
+
+    def crash(src, dst):
+        if Path(dst).name == "checkpoint.json":
+            raise KeyboardInterrupt   # the process dies here
+        return real(src, dst)
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        _save_checkpoint(ck, one, m, opt, 4, [])
+    monkeypatch.setattr(os, "replace", real)
+    info = check_resume(ck, 1, None, 10)
+    assert info["epoch"] == 2 and checkpoint_files(ck, info) == ck / "epoch-2"
+    assert torch.load(ck / "epoch-2" / "rank-0.pt", weights_only=True)["epoch"] == 2
+    assert (ck / "epoch-4" / "rank-0.pt").exists()   # left by the crash
+    _save_checkpoint(ck, one, m, opt, 6, [])
+    assert sorted(p.name for p in ck.iterdir()) == ["checkpoint.json", "epoch-6"]
+    assert read_checkpoint_index(ck)["dir"] == "epoch-6"
+
+
+def test_a_checkpoint_of_before_its_directories_still_resumes_and_is_replaced(tmp_path):
+    """A checkpoint written before 2026-12-07 (rank files beside the index,
+    no `dir`) resumes; the next checkpoint into it removes its files."""
+    from gdsl.dist.run import _save_checkpoint, check_resume, checkpoint_files
+    m, opt = _model_and_opt()
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    torch.save({"epoch": 2}, ck / "rank-0.pt")
+    (ck / "checkpoint.json").write_text(json.dumps({"format": "gdsl-checkpoint-1", "epoch": 2, "size": 1}))
+    assert checkpoint_files(ck, check_resume(ck, 1, None, 10)) == ck
+    one = types.SimpleNamespace(rank=0, size=1, comm=types.SimpleNamespace(allgather=lambda mine: [mine]),
+                                barrier=lambda: None)
+    _save_checkpoint(ck, one, m, opt, 4, [])
+    assert sorted(p.name for p in ck.iterdir()) == ["checkpoint.json", "epoch-4"]
 
 
 def test_checkpoint_into_a_directory_holding_one_is_refused_unless_it_is_resumed(tmp_path):
@@ -103,6 +158,7 @@ def test_checkpoint_into_a_directory_holding_one_is_refused_unless_it_is_resumed
     (b"\xff\xfe{}", "not UTF-8 text"),
     (b'{"epoch": 2, "size": 2, "identity": {"overrides": ["hidden"]}}', "its identity is not the object gdsl writes"),
     (b'{"epoch": 2, "size": 2, "identity": ["program"]}', "its identity is not the object gdsl writes"),
+    (b'{"epoch": 2, "size": 2, "dir": "../elsewhere"}', "its dir is '../elsewhere', not a checkpoint's epoch-K"),
 ])
 def test_a_corrupted_checkpoint_index_is_refused_clearly(tmp_path, index, said):
     """Was an internal error (not UTF-8; a list of overrides), or every

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -181,6 +182,9 @@ def read_checkpoint_index(directory: Path) -> dict:
     if ident is not None and not (isinstance(ident, dict) and isinstance(ident.get("overrides") or {}, dict)):
         # (was: a list skipped every identity check, a list of overrides an internal error; helper-76)
         raise GdslError(f"{idx}: not a gdsl checkpoint (its identity is not the object gdsl writes)")
+    if "dir" in info and not (isinstance(info["dir"], str) and re.fullmatch(r"epoch-\d+(-\d+)?", info["dir"])):
+        # the subdirectory of the rank files: never a path out of DIR
+        raise GdslError(f"{idx}: not a gdsl checkpoint (its dir is {info['dir']!r}, not a checkpoint's epoch-K)")
     return info
 
 
@@ -270,56 +274,80 @@ def check_resume(directory: Path, size: int, identity: dict | None, epochs: int 
         # (was: "resuming after epoch 6", no epoch trained, and the old run's final line)
         raise GdslError(f"--resume {directory}: the checkpoint is after epoch {done}, and this run ends at epoch "
                         f"{epochs}: nothing is left to train (--epochs N with N > {done} trains on from it)")
+    files = checkpoint_files(directory, info)
     for r in range(size):
-        path = Path(directory) / f"rank-{r}.pt"
+        path = files / f"rank-{r}.pt"
         if not path.is_file():
             raise GdslError(f"{path}: missing checkpoint file of rank {r}")
     return info
 
 
+def checkpoint_files(directory: Path, info: dict) -> Path:
+    """Where the rank files of the checkpoint `info` (its index) are: the
+    subdirectory it names (`epoch-K-...`), or `directory` itself for a
+    checkpoint written before 2026-12-07."""
+    sub = info.get("dir")
+    return Path(directory) if sub is None else Path(directory) / sub
+
+
 def _save_checkpoint(directory: Path, comm, model, opt, epoch: int, history: list,
                      identity: dict | None = None) -> None:
-    """Each rank writes its state atomically (write, rename); rank 0 then
-    writes the index naming the epoch, after every rank has finished."""
+    """Every rank writes its state into a new directory `DIR/epoch-K`; once
+    all have, rank 0 points `DIR/checkpoint.json` at it (write, rename) and
+    removes the previous one. A crash at any moment leaves an index naming a
+    whole checkpoint, the new one or the last (was: the rank files were
+    renamed into DIR one by one, then the index written, so a crash between
+    the two left files one epoch ahead of the index, which --resume refused)."""
     directory.mkdir(parents=True, exist_ok=True)
     state = {"epoch": epoch, "model": model.state_dict(), "opt": opt.state_dict(), "step": model.step,
              "rank": comm.rank, "size": comm.size, "history": history, "delay": model.delay_state_dict(),
              "rng": torch.get_rng_state()}   # the next steps' dropout mask keys (ReferenceModule.count_step)
-    path = directory / f"rank-{comm.rank}.pt"
-    tmp = path.with_name(path.name + ".tmp")
-    # every rank writes its file aside first; only when all of them have, are they renamed into place
-    # (was: each renamed its own at once, so one rank's failed write left files of two epochs and the
-    # last good checkpoint could not be resumed; helper-76)
+    name = None
+    if comm.rank == 0:   # a name no file has (a resumed run may write epoch K again)
+        name, n = f"epoch-{epoch}", 0
+        while (directory / name).exists():
+            n += 1
+            name = f"epoch-{epoch}-{n}"
+    if comm.size > 1:
+        with waiting("bcast of the checkpoint's directory"):
+            name = comm.comm.bcast(name, root=0)
+    sub = directory / name
+    path = sub / f"rank-{comm.rank}.pt"
     try:
-        torch_save(state, tmp, directory)
+        sub.mkdir(parents=True, exist_ok=True)
+        torch_save(state, path, sub)
         failed = ""
     except OSError as e:
-        tmp.unlink(missing_ok=True)
-        failed = f"rank {comm.rank}: {tmp.name}: {e.strerror or e}"
+        failed = f"rank {comm.rank}: {path.relative_to(directory)}: {e.strerror or e}"
     with waiting("the checkpoint's write"):
         failures = [f for f in comm.comm.allgather(failed) if f]
     if failures:
-        tmp.unlink(missing_ok=True)
+        if comm.rank == 0:   # every write has ended (allgather); the index still names the last checkpoint
+            shutil.rmtree(sub, ignore_errors=True)
         kept = "the checkpoint there is kept as it was" if (directory / "checkpoint.json").exists() else \
             "no checkpoint was written"
         raise AllRanksError(f"--checkpoint {directory}: the checkpoint of epoch {epoch} could not be written "
                             f"({'; '.join(failures)}); {kept}")
-    os.replace(tmp, path)
     comm.barrier()
     if comm.rank == 0:
         idx = directory / "checkpoint.json"
         tmp = idx.with_name(idx.name + ".tmp")
-        index = {"format": CHECKPOINT_FORMAT, "epoch": epoch, "size": comm.size}
+        index = {"format": CHECKPOINT_FORMAT, "epoch": epoch, "size": comm.size, "dir": name}
         if identity is not None:
             index["identity"] = identity
         tmp.write_text(json.dumps(index) + "\n")
         os.replace(tmp, idx)
+        for old in directory.iterdir():   # the checkpoints before, and the files of one before 2026-12-07
+            if old.name != name and (re.fullmatch(r"epoch-\d+(-\d+)?", old.name) and old.is_dir()):
+                shutil.rmtree(old, ignore_errors=True)
+            elif re.fullmatch(r"rank-\d+\.pt(\.tmp)?", old.name) and old.is_file():
+                old.unlink(missing_ok=True)
 
 
 _STATE_KEYS = ("epoch", "model", "opt", "step", "history")
 
 
-def _fit_params(path: Path, model, params: dict) -> None:
+def _fit_params(path: Path, model, params: dict, directory: Path) -> None:
     """Refuse a rank file whose parameters are not this model's (names,
     shapes): the program differs, so every rank finds it (one report, naming
     the directory)."""
@@ -334,7 +362,7 @@ def _fit_params(path: Path, model, params: dict) -> None:
         what = (", ".join(f"{k} is {list(params[k].shape)} in the checkpoint, {list(want[k].shape)} here" for k in shapes[:3])
                 or (f"this program's {', '.join(missing[:3])} not in it" if missing else
                     f"its {', '.join(extra[:3])} not in this program"))
-        raise AllRanksError(f"{path.parent}: the checkpoint's parameters do not fit this program: {what}")
+        raise AllRanksError(f"{directory}: the checkpoint's parameters do not fit this program: {what}")
 
 
 def _load_checkpoint(directory: Path, comm, model, opt, identity: dict | None = None) -> tuple[int, list]:
@@ -352,7 +380,7 @@ def _load_checkpoint(directory: Path, comm, model, opt, identity: dict | None = 
             err, info = comm.comm.bcast((err, info), root=0)
     if err:
         raise AllRanksError(err)
-    path = directory / f"rank-{comm.rank}.pt"
+    path = checkpoint_files(directory, info) / f"rank-{comm.rank}.pt"
     if not path.exists():
         raise GdslError(f"{path}: missing checkpoint file of rank {comm.rank}")
     try:
@@ -368,7 +396,7 @@ def _load_checkpoint(directory: Path, comm, model, opt, identity: dict | None = 
                         f"this is rank {comm.rank} of {comm.size}")
     if state["epoch"] != info["epoch"]:
         raise GdslError(f"{path}: holds epoch {state['epoch']}, the index says {info['epoch']}")
-    _fit_params(path, model, state["model"])
+    _fit_params(path, model, state["model"], directory)
     try:
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
