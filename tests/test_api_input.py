@@ -113,7 +113,7 @@ def test_loss_checks_the_output_width(backend):
     m = gdsl.compile(GCN).module(small(), backend=backend)
     # numba was: an IndexError from cross_entropy for [4, 1], a loss for [4, 7]
     for bad in ([4, 7], [4, 1], [4]):
-        with pytest.raises(GdslError, match=re.escape(f"loss: the model's output is [rows, 2], got {bad}")):
+        with pytest.raises(GdslError, match=re.escape(f"loss: the model's output must be [rows, 2], got {bad}")):
             m.loss(torch.ones(*bad))
     assert torch.isfinite(m.loss(m()))
 

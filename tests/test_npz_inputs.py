@@ -153,3 +153,35 @@ def test_a_vertex_target_trains_over_ranks_as_in_one_process(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     got = [e["loss"] for e in json.loads(out.read_text())["epochs"]]
     np.testing.assert_allclose(got, ref, rtol=1e-5)
+
+
+def test_big_endian_arrays_load_as_native_ones(tmp_path):
+    """Data written on (or for) a big-endian machine, HDF5 or MATLAB: was a raw
+    ValueError from torch.from_numpy (`gdsl run`: an internal error) for
+    arrays already float32, such as edge and vertex data."""
+    z = dict(np.load(vertex_target_npz()))
+    be = {k: v.astype(v.dtype.newbyteorder(">")) for k, v in z.items()}
+    be["edge_w"] = np.linspace(0.5, 1.5, len(z["src"]), dtype=">f4")
+    np.savez(tmp_path / "be.npz", **be)
+    g = load_graph(tmp_path / "be.npz")
+    assert torch.equal(g.ndata["T"], torch.from_numpy(z["node_T"]))
+    assert torch.equal(g.features, torch.from_numpy(z["features"]))
+    assert g.edata["w"].dtype == torch.float32 and float(g.edata["w"][0]) == 0.5
+    direct = gdsl.Graph.from_edges(be["src"], be["dst"], features=be["features"], ndata={"T": be["node_T"]},
+                                   masks={"l": be["labelled_mask"]}, edata={"w": be["edge_w"]})
+    assert torch.equal(direct.src, g.src) and torch.equal(direct.masks["l"], g.masks["labelled"])
+
+
+def test_a_split_of_some_masks_beside_single_ones_is_warned_of(tmp_path):
+    """`--split 1` of a file with train_masks but one val_mask: split 1's
+    train mask beside the val mask of every split, said (was: silent)."""
+    z = dict(np.load(ROOT / "gdsl" / "data" / "cora.npz"))
+    z["train_masks"] = np.stack([z.pop("train_mask")] * 2)
+    np.savez(tmp_path / "mixed.npz", **z)
+    with pytest.warns(UserWarning, match=r"mixed.npz: split 1: 'val_mask', 'test_mask' are single masks, the same in "
+                                         r"every split, beside split 1 of 'train_masks'"):
+        load_graph(tmp_path / "mixed.npz", split=1)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_graph(tmp_path / "mixed.npz", split=0)

@@ -336,6 +336,8 @@ def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str =
             raise GdslError(f"{what}: expected numbers, got dtype {arr.dtype}")
         if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:   # longdouble: torch has none (was torch's TypeError)
             arr = arr.astype(np.float64)
+        if not arr.dtype.isnative:   # big-endian data (HDF5, MATLAB, FITS): torch takes native order only
+            arr = arr.astype(arr.dtype.newbyteorder("="))   # (was: a raw ValueError, an internal error in gdsl run)
         arr = np.asarray(arr, order="C")   # (ascontiguousarray makes a 0-d array [1])
         borrowed = isinstance(x, np.ndarray) and np.may_share_memory(arr, x)
         t = torch.from_numpy(arr)

@@ -203,6 +203,13 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
                    key=lambda m: (m not in STANDARD_MASKS, STANDARD_MASKS.index(m) if m in STANDARD_MASKS else 0, m))
     if split != 0 and not any(f"{name}_masks" in arrays for name in names):
         raise GdslError(f"{where}: split {split} is not available: the file has a single split (no 'train_masks')")
+    if split != 0:   # (was: split k's train mask beside the one val mask of every split, without a word)
+        multi = [n for n in names if f"{n}_masks" in arrays]
+        single = [n for n in names if f"{n}_masks" not in arrays]
+        if multi and single:
+            warnings.warn(f"{where}: split {split}: {', '.join(repr(n + '_mask') for n in single)} "
+                          f"{'is a single mask' if len(single) == 1 else 'are single masks'}, the same in every "
+                          f"split, beside split {split} of {', '.join(repr(n + '_masks') for n in multi)}", stacklevel=2)
     masks = {}
     for name in names:
         single, multi = arrays.get(f"{name}_mask"), arrays.get(f"{name}_masks")

@@ -639,7 +639,7 @@ class ReferenceModule(nn.Module):
             what = "a tensor on the meta device (no data)" if out.device.type == "meta" else f"a {out.layout} tensor"
             raise GdslError(f"loss: the model's output must be a dense tensor with data, got {what}")
         if out.dim() < 1 or tuple(out.shape[1:]) != want:
-            raise GdslError(f"loss: the model's output is {shape}, got {list(out.shape)}")
+            raise GdslError(f"loss: the model's output must be {shape}, got {list(out.shape)}")
         if not out.is_floating_point():   # was: torch's "... not implemented for 'Long'"
             raise GdslError(f"loss: the model's output must be a float tensor (the logits), got {out.dtype}")
         if out.shape[0] != self.graph.num_nodes:
