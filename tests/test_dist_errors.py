@@ -458,6 +458,30 @@ def test_ranks_of_a_killed_launcher_stop_themselves(tmp_path):
         run.cleanup()
 
 
+@pytest.mark.mpi
+@pytest.mark.skipif(not _has_mpi() or not Path("/proc").is_dir(), reason="needs MPI and /proc")
+def test_ranks_whose_process_manager_died_stop_and_say_so(tmp_path):
+    """SIGKILL to MPICH's proxy (hydra_pmi_proxy, the ranks' parent): was the
+    ranks training on to the end as orphans, their output lost, then
+    `rank 1 died (exit code 255)`."""
+    run = Run(tmp_path)
+    try:
+        rank = run.pids(ranks_only=True)[0]
+        proxy = int(Path(f"/proc/{rank}/stat").read_text().rpartition(")")[2].split()[1])
+        t0 = time.monotonic()
+        os.kill(proxy, signal.SIGKILL)
+        rc = run.proc.wait(30)
+        run.reader.join(5)
+        err = "".join(run.err).strip().splitlines()
+        assert rc == 1 and time.monotonic() - t0 < 10, err
+        assert err[-1].startswith(f"gdsl: error: MPI's process manager on this node (") and \
+            err[-1].endswith(f", pid {proxy}) died; the ranks it started were stopped"), err
+        assert run.gone_within(2), "a rank left running"
+        assert run.leftovers() == []
+    finally:
+        run.cleanup()
+
+
 # ---------------------------------------------------------------- found by fuzzing the subcommands (session 8)
 @pytest.mark.mpi
 @pytest.mark.skipif(not _has_mpi(), reason="needs mpi4py and mpiexec")

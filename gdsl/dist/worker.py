@@ -95,7 +95,7 @@ def run(args: dict) -> int:
         except OSError:
             pass
     if args.get("launcher"):
-        watch_launcher(args["launcher"])
+        watch_launcher(args["launcher"], rank=rank, run_dir=run_dir)
     timeout = args.get("comm_timeout")
     timeout = COMM_TIMEOUT if timeout is None else float(timeout)
     if timeout > 0:
@@ -223,14 +223,28 @@ def launcher_alive(info: dict) -> bool:
     return start is None or _start_time(pid) == start
 
 
-def watch_launcher(info: dict, every: float = 1.0) -> None:
+def _comm_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return "its parent"
+
+
+def watch_launcher(info: dict, every: float = 1.0, rank: int | None = None, run_dir: str | None = None) -> None:
     """Stop this rank when the `gdsl run` that launched it is gone (killed by
     SIGKILL, say, with no chance to stop its ranks): without this, a rank
     waiting in a collective for a stopped peer waits forever. It removes the
-    launcher's temporary directories (`cleanup`) first. Only on the
+    launcher's temporary directories (`cleanup`) first. Likewise when its
+    parent, the MPI process manager's proxy on this node (hydra_pmi_proxy),
+    is gone: the rank is then an orphan whose output reaches no one and
+    whose end the process manager cannot notice (was: it trained on to the
+    end, and the launcher blamed a rank that had died). Only on the
     launcher's machine (a rank on another node cannot see its pid)."""
     if info.get("host") != socket.gethostname():
         return
+    parent = os.getppid()
+    proxy = _comm_name(parent)
 
     def watch():
         while True:
@@ -239,6 +253,12 @@ def watch_launcher(info: dict, every: float = 1.0) -> None:
                 for d in info.get("cleanup") or []:   # the launcher's temporary directories
                     shutil.rmtree(d, ignore_errors=True)
                 os.kill(os.getpid(), signal.SIGKILL)   # the process manager stops the other ranks
+            if os.getppid() != parent:
+                if rank is not None:
+                    from gdsl.dist.errors import report
+                    report(rank, f"MPI's process manager on this node ({proxy}, pid {parent}) died; the ranks "
+                           "it started were stopped", True, run_dir)
+                os.kill(os.getpid(), signal.SIGKILL)
 
     threading.Thread(target=watch, name="gdsl-launcher-watch", daemon=True).start()
 
