@@ -425,16 +425,20 @@ def test_ranks_that_cannot_finish_their_epoch_are_stopped_at_once(tmp_path, agai
     """A SIGSTOPped rank cannot answer: after a few epochs' time (or at a
     second signal) every rank is stopped at once (SIGTERM, then SIGKILL),
     --json is said not to be written, and nothing is left behind."""
-    js = tmp_path / "r.json"
-    run, rc, took = _signal_run(tmp_path, signal.SIGTERM, stop_a_rank=True, extra=("--json", js), again=again)
+    js, ck = tmp_path / "r.json", tmp_path / "ck"
+    run, rc, took = _signal_run(tmp_path, signal.SIGTERM, stop_a_rank=True, extra=("--json", js, "--checkpoint", ck,
+                                                                                   "--checkpoint-every", 1), again=again)
     try:
         err = "".join(run.err).strip().splitlines()
         assert rc == 128 + signal.SIGTERM, err
         why = "gdsl: Ctrl-C again: stopping the ranks at once" if again else \
             "gdsl: the ranks did not answer within"
         assert any(ln.startswith(why) for ln in err), err
-        assert err[-2:] == ["gdsl: terminated (SIGTERM); all ranks stopped",
-                            f"gdsl: --json {js}: not written (the ranks were stopped at once)"]
+        epoch = json.loads((ck / "checkpoint.json").read_text())["epoch"]
+        assert err[-3:] == ["gdsl: terminated (SIGTERM); all ranks stopped",
+                            f"gdsl: --json {js}: not written (the ranks were stopped at once)",
+                            f"gdsl: --checkpoint {ck}: holds the checkpoint after epoch {epoch} (--resume {ck} "
+                            "continues from it)"]
         assert not js.exists()
         assert took < 15
         assert run.gone_within(2), "mpiexec or a rank left running"

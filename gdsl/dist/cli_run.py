@@ -326,10 +326,21 @@ def run_distributed(args, prog, graph, data) -> int:
                       "--checkpoint DIR keeps a stopped distributed run's state)", file=sys.stderr)
             if launched and getattr(args, "json", None):   # (was: said of --save only; helper-70)
                 print(f"gdsl: --json {args.json}: not written (the ranks were stopped at once)", file=sys.stderr)
+            if launched and getattr(args, "checkpoint", None):   # which epoch it holds (helper-76's note)
+                print(f"gdsl: --checkpoint {args.checkpoint}: {_checkpoint_held(args.checkpoint)}", file=sys.stderr)
             return code
         finally:
             if tmp:
                 shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _checkpoint_held(directory: str) -> str:
+    from gdsl.dist.run import read_checkpoint_index
+    try:
+        epoch = read_checkpoint_index(Path(directory))["epoch"]
+    except GdslError:
+        return "no checkpoint was written"
+    return f"holds the checkpoint after epoch {epoch} (--resume {directory} continues from it)"
 
 
 def _cache_name(args, prog, graph, size: int) -> str:
