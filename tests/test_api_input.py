@@ -119,6 +119,19 @@ def test_loss_checks_the_output_width(backend):
 
 
 @pytest.mark.parametrize("backend", ["reference", "numba"])
+def test_loss_on_a_graph_without_labels_or_masks_says_the_same_on_every_backend(backend):
+    """A module bound (with dims) to a graph that has neither: the missing
+    target is named first on every backend (was: numba named the mask)."""
+    if backend == "numba":
+        pytest.importorskip("numba")
+    g0 = small()
+    g = gdsl.Graph.from_edges(g0.src, g0.dst, features=g0.features)
+    m = gdsl.compile(GCN).module(g, backend=backend, dims={"C": 2})
+    with pytest.raises(GdslError, match=r"^model.loss\(\): the graph bound to the module has no labels for input 'Y'$"):
+        m.loss(m())
+
+
+@pytest.mark.parametrize("backend", ["reference", "numba"])
 def test_params_torch_code_replaced_are_checked(backend):
     """A param set to None, deleted or given another shape: a GdslError
     naming it, on every backend (was: numba dropped a None bias silently

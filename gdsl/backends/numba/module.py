@@ -323,6 +323,8 @@ class NumbaModule(ReferenceModule):
         if op is None or op.attrs["mask"] == "all" or op.attrs["fn"] not in ("cross_entropy", "nll") or capturing():
             return super().loss(out)   # (under torch.func: no cached tensor may cross transform levels)
         self.check_loss_output(out)
+        target = self.loss_target()   # checked in the reference's order: the target, then the mask
+        self.check_class_ids(target, out)
         mask = self.loss_mask()
         if mask.dtype != torch.bool or mask.shape[0] != out.shape[0]:
             return super().loss(out)
@@ -330,8 +332,6 @@ class NumbaModule(ReferenceModule):
         if hit is None or hit[0] is not mask or hit[1] != mask._version:
             hit = self._mask_rows = (mask, mask._version, mask.nonzero().squeeze(1))
         rows = hit[2]
-        target = self.loss_target()
-        self.check_class_ids(target, out)
         target = target.index_select(0, rows)
         out = out.index_select(0, rows)
         fn = torch.nn.functional.cross_entropy if op.attrs["fn"] == "cross_entropy" else torch.nn.functional.nll_loss
