@@ -97,6 +97,9 @@ def launch(args: dict, P: int, extra_env: dict | None = None, temp_dirs: list[st
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra_env or {})
     run_dir = tempfile.mkdtemp(prefix="gdsl-run-")
+    # MPICH's mpiexec writes its topology (hydra_hwloc_xmlfile_*) into TMPDIR and leaves it there when it is
+    # killed: in the run directory, it goes with it (the ranks' temporary files too)
+    env["TMPDIR"] = run_dir
     # each rank writes its pid there (to name a rank that dies, and to stop it) and its error
     # report (gdsl/dist/errors.py); it watches this process and stops itself when it is gone
     from gdsl.dist.worker import STDERR_MARK, _start_time
@@ -228,7 +231,15 @@ def _stop_after_epoch(proc: subprocess.Popen, run_dir: str, first: BaseException
                 print(f"gdsl: the ranks did not answer within {within:.1f} s (a rank stopped or hung): stopping "
                       "them at once", file=sys.stderr)
                 raise first
-        return proc.wait()   # they stop after this epoch: its evaluation, checkpoint, --json and --save
+        # they stop after this epoch: its evaluation, checkpoint, --json and --save; bounded, as nothing
+        # may hang (a rank stuck in a write, a stopped mpiexec)
+        within = stop.finish_within(run_dir)
+        try:
+            return proc.wait(within)
+        except subprocess.TimeoutExpired:
+            print(f"gdsl: the ranks did not end the run within {within:.0f} s of stopping: stopping them at once",
+                  file=sys.stderr)
+            raise first from None
     except Again as e:
         name = "Ctrl-C" if e.args[0] == signal.SIGINT else signal.Signals(e.args[0]).name
         print(f"gdsl: {name} again: stopping the ranks at once", file=sys.stderr)

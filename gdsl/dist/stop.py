@@ -17,9 +17,10 @@ So the launcher asks, and the ranks agree on the epoch:
    signal's number, as one process does.
 
 Until the ranks have answered, the launcher waits a few epochs' time (rank 0
-writes its last epoch's seconds as `epoch-seconds`, `heartbeat`): ranks that
-do not answer (a stopped or hung rank) are stopped at once, as is every rank
-on a second signal (gdsl/dist/launch.py). Under a foreign launcher (mpiexec,
+writes its last epoch's seconds as `epoch-seconds`, `heartbeat`), and then
+two minutes and ten epochs' time for them to end the run: ranks that do not
+answer or end in that time (a stopped or hung rank) are stopped at once, as
+is every rank on a second signal (gdsl/dist/launch.py). Under a foreign launcher (mpiexec,
 srun) there is no run directory, and a signal acts as MPI's process manager
 makes it act.
 """
@@ -60,15 +61,27 @@ def acknowledged(run_dir: str) -> bool:
     return os.path.exists(os.path.join(run_dir, STOPPING))
 
 
+def _epoch_seconds(run_dir: str) -> float | None:
+    try:
+        epoch = float(_read(os.path.join(run_dir, HEARTBEAT)) or "nan")
+    except ValueError:
+        return None
+    return epoch if epoch == epoch else None
+
+
 def answer_within(run_dir: str) -> float:
     """How long the ranks get to answer a stop: they look at the next loss
     all-reduce, at most an epoch away (and the first epoch also builds the
     kernels)."""
-    try:
-        epoch = float(_read(os.path.join(run_dir, HEARTBEAT)) or "nan")
-    except ValueError:
-        epoch = float("nan")
-    return 3.0 + 3.0 * epoch if epoch == epoch else 30.0
+    epoch = _epoch_seconds(run_dir)
+    return 30.0 if epoch is None else 3.0 + 3.0 * epoch
+
+
+def finish_within(run_dir: str) -> float:
+    """How long the ranks get, once they have answered, to end the run: the
+    epoch, its checkpoint, --json and --save."""
+    epoch = _epoch_seconds(run_dir)
+    return 120.0 + 10.0 * (epoch or 0.0)
 
 
 # ---------------------------------------------------------------- the ranks' side
