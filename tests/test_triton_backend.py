@@ -336,3 +336,14 @@ def test_torch_export_jit_trace_and_func_grad_capture_the_plain_torch_form():
     m.loss(m(g.features)).backward()
     for k, p in m.named_parameters():
         torch.testing.assert_close(got[k], p.grad, msg=k)
+
+
+@needs_kernels
+def test_gat_on_a_graph_without_vertices_runs():
+    """The fused GAT kernel's scores were reshaped [0, -1] (torch: "cannot
+    reshape tensor of 0 elements"), as on numba (helper-1)."""
+    g0 = gdsl.Graph.from_edges([], [], 0, features=torch.zeros(0, 3), labels=torch.zeros(0, dtype=torch.long))
+    m = _compile(ROOT / "programs" / "gat.gd").module(g0, backend="triton", dims={"C": 2})
+    out = m()
+    assert tuple(out.shape) == (0, 2)
+    out.sum().backward()

@@ -32,6 +32,8 @@ included, up to float rounding):
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from gdsl.backends import capturing, eager_under_torch_compile
@@ -413,9 +415,9 @@ class NumbaModule(ReferenceModule):
         if name == "edge_softmax":
             return nb.edge_softmax(self.csr, vals[0])
         el, er, z = vals  # gat_aggregate; scores [N, *h], z [N, *h, D]: heads flattened to one axis
-        n = z.shape[0]
-        out = nb.gat_aggregate(self.csr, el.reshape(n, -1), er.reshape(n, -1), z.reshape(n, -1, z.shape[-1]),
-                               float(op.attrs["slope"]))
+        n, heads = z.shape[0], math.prod(z.shape[1:-1])   # (reshape(n, -1) fails for n = 0)
+        out = nb.gat_aggregate(self.csr, el.reshape(n, heads), er.reshape(n, heads),
+                               z.reshape(n, heads, z.shape[-1]), float(op.attrs["slope"]))
         return out.reshape(z.shape)
 
 

@@ -35,6 +35,8 @@ TRITON_INTERPRET=1 both are the reference's masks (the device is the CPU).
 """
 from __future__ import annotations
 
+import math
+
 import os
 
 import torch
@@ -249,9 +251,9 @@ class TritonModule(ReferenceModule):
         if name == "edge_softmax":
             return tr.edge_softmax(self.tg, vals[0])
         el, er, z = vals  # gat_aggregate; scores [N, *h], z [N, *h, D]: heads flattened to one axis
-        n = z.shape[0]
-        out = tr.gat_aggregate(self.tg, el.reshape(n, -1), er.reshape(n, -1), z.reshape(n, -1, z.shape[-1]),
-                               float(op.attrs["slope"]))
+        n, heads = z.shape[0], math.prod(z.shape[1:-1])   # (reshape(n, -1) fails for n = 0)
+        out = tr.gat_aggregate(self.tg, el.reshape(n, heads), er.reshape(n, heads),
+                               z.reshape(n, heads, z.shape[-1]), float(op.attrs["slope"]))
         return out.reshape(z.shape)
 
 
