@@ -97,3 +97,39 @@ def test_one_feature_axis_is_singular():
     with pytest.raises(gdsl.GdslError, match=r"input 'Z' is declared with 1 feature axis \(at <input>:5:1\), the "
                                              r"data has shape \[2, 3, 4\]"):
         prog.module(g)
+
+
+NUMERIC_SIGNATURE = HEAD + """layer Out[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    transform t = h @ W
+    return t
+}
+layer L(h: [SIG_IN]) -> [SIG_OUT] {
+    apply o = h * 2
+    return o
+}
+model M { return Out[C](L(X)) }
+train t { loss = cross_entropy(Y, mask = train); epochs = 2 }
+"""
+
+
+@pytest.mark.parametrize("sig_in,sig_out,said", [
+    ("d", "1433", "L returns [F] but declares -> [1433] (needs data)"),
+    ("1433", "1433", "L expects 'h' with shape [1433], got [F] (needs data)"),
+])
+def test_a_numeric_shape_in_a_layer_signature_is_checked_when_the_data_is_bound(sig_in, sig_out, said, capsys):
+    """`-> [1433]` for a result of shape [F] holds on Cora: was refused by
+    `gdsl run`, `gdsl.compile` and Program.module while `gdsl compile --data
+    cora` accepted it (the sibling checks, `@`, reshape, broadcasting, were
+    already deferred; helper-1)."""
+    src = NUMERIC_SIGNATURE.replace("SIG_IN", sig_in).replace("SIG_OUT", sig_out)
+    prog = gdsl.compile(src)   # deferred, not refused
+    with pytest.raises(gdsl.CompileError) as e:
+        prog.ir
+    assert [d.message + (" (needs data)" if d.needs_data else "") for d in e.value.diagnostics] == [said]
+    from gdsl.runtime.trainer import train
+    assert len(train(prog, gdsl.load_graph("cora"), epochs=2, backend="reference").epochs) == 2
+    # with data that disagrees it is the located error, numbers only
+    with pytest.raises(gdsl.CompileError, match=r"L (returns \[3703\] but declares -> \[1433\]|expects 'h' with "
+                                                r"shape \[1433\], got \[3703\])$"):
+        prog.module(gdsl.load_graph("citeseer"))

@@ -953,8 +953,10 @@ class Lowerer:
                 continue
             want = self.static(d, env)
             if not same_dim(want, a):
-                self.error(span, f"{layer} expects '{decl.name}' with shape {_fmt_decl(decl.shape)} = "
-                           f"{fmt_shape([self.static(x, env) for x in decl.shape])}, got {fmt_shape(actual)}")
+                # a size the data binds (`F` against a declared 1433) is checked again when bound (helper-1)
+                self.error(span, f"{layer} expects '{decl.name}' with shape "
+                           f"{_declared(decl.shape, [self.static(x, env) for x in decl.shape])}, got {fmt_shape(actual)}",
+                           needs_data=_symbolic((want, a), self._global_dim_names()))
 
     def lower_layer(self, layer: ast.LayerDecl, statics: dict, env: dict, arg_types: list[Type]) -> Func | None:
         n = sum(1 for f in self.funcs if f.rsplit("_", 1)[0] == layer.name)
@@ -987,7 +989,8 @@ class Lowerer:
             return None
         if len(want) != len(out.type.shape) or not all(same_dim(a, b) for a, b in zip(want, out.type.shape)):
             self.diags.error(ret.span, f"{layer.name} returns {fmt_shape(out.type.shape)} but declares -> "
-                             f"{_fmt_decl(layer.result)} = {fmt_shape(want)}")
+                             f"{_declared(layer.result, want)}",
+                             needs_data=_symbolic(tuple(want) + tuple(out.type.shape), self._global_dim_names()))
             return None
         func.results = [out]
         self.funcs[func.name] = func
@@ -1063,6 +1066,12 @@ def _names_in(e: ast.Expr):
 
 def _fmt_decl(shape: list[ast.Expr]) -> str:
     return "[" + ", ".join(ast.format_expr(d) for d in shape) + "]"
+
+
+def _declared(shape: list[ast.Expr], value) -> str:
+    """A declared shape and its value, `[dout] = [16]` (just `[1433]` when they read alike)."""
+    written, worth = _fmt_decl(shape), fmt_shape(value)
+    return written if written == worth else f"{written} = {worth}"
 
 
 def _fmt(v) -> str:
