@@ -48,6 +48,26 @@ def unused_params(module: Module) -> list[Diagnostic]:
     return sorted(out.values(), key=Diagnostic.sort_key)
 
 
+def nll_of_raw_values(module: Module) -> list[Diagnostic]:
+    """A warning when `loss = nll(...)` reads a model output that is not a
+    `log_softmax` (through the layers that return it): nll expects
+    log-probabilities, and on raw logits it trains to a negative loss
+    without a word (helper-1). cross_entropy is the loss of logits."""
+    loss = next((op for op in module.main.ops if op.name == "loss"), None)
+    if loss is None or loss.attrs.get("fn") != "nll":
+        return []
+    v, seen = loss.operands[0], set()
+    while v.owner is not None and v.owner.name == "call" and v.owner.attrs.get("callee") in module.funcs \
+            and v not in seen:
+        seen.add(v)
+        v = module.funcs[v.owner.attrs["callee"]].results[0]
+    if v.owner is not None and v.owner.name == "log_softmax":
+        return []
+    return [Diagnostic(loss.span, "nll takes log-probabilities, but the model's output is not a log_softmax: on "
+                                  "raw scores it trains to a negative loss (end the model with log_softmax(x), or "
+                                  "use cross_entropy, which takes logits)", "warning")]
+
+
 def read_source(path: str | Path) -> str:
     """Read a .gd file as UTF-8 text, refusing binary and huge input."""
     p = Path(path)
@@ -221,7 +241,7 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
     diags.raise_if_any(source)
     if module is None:  # pragma: no cover - lower reports why
         raise CompileError([Diagnostic(Span(1, 1, 1, 2, file), "nothing to compile")], source)
-    warnings = sorted(checked.warnings + unused_params(module), key=Diagnostic.sort_key)
+    warnings = sorted(checked.warnings + unused_params(module) + nll_of_raw_values(module), key=Diagnostic.sort_key)
     if after_each:
         after_each("lower", module)
     ctx = PassContext(dims=dict(dims or {}), options={"delay": delay, "hoist": hoist and ranks is None})

@@ -133,3 +133,33 @@ def test_a_numeric_shape_in_a_layer_signature_is_checked_when_the_data_is_bound(
     with pytest.raises(gdsl.CompileError, match=r"L (returns \[3703\] but declares -> \[1433\]|expects 'h' with "
                                                 r"shape \[1433\], got \[3703\])$"):
         prog.module(gdsl.load_graph("citeseer"))
+
+
+@pytest.mark.parametrize("out,warned", [("Out[C](X)", True), ("log_softmax(Out[C](X))", False),
+                                        ("LogOut[C](X)", False)])
+def test_nll_of_a_model_output_that_is_not_a_log_softmax_is_warned_of(out, warned):
+    """nll on raw scores trained to a negative loss without a word (helper-1);
+    a log_softmax in the model or at the end of the layer it returns is fine."""
+    import warnings
+    src = HEAD + """layer Out[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    transform t = h @ W
+    return t
+}
+layer LogOut[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    transform t = h @ W
+    apply o = log_softmax(t)
+    return o
+}
+model M { return OUT }
+train t { loss = nll(Y, mask = train) }
+""".replace("OUT", out)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        gdsl.compile(src)
+    said = [str(x.message) for x in w if "nll takes log-probabilities" in str(x.message)]
+    assert len(said) == int(warned), said
+    if warned:
+        assert said[0].startswith("<input>:17:18: nll takes log-probabilities, but the model's output is not "
+                                  "a log_softmax")
