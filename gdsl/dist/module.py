@@ -32,7 +32,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from gdsl.backends import gemm
-from gdsl.backends.reference.executor import ReferenceModule, broadcast_modes, float_mask, reshape_targets, scatter_extremum
+from gdsl.backends.reference.executor import (
+    ReferenceModule,
+    broadcast_modes,
+    float_mask,
+    plan_hoist,
+    reshape_targets,
+    scatter_extremum,
+)
 from gdsl.backends.reference.graphdata import GraphData
 from gdsl.backends.reference.linear import plan_linear, run_linear, sparse_mm
 from gdsl.diagnostics import GdslError
@@ -125,6 +132,8 @@ class DistModule(ReferenceModule):
         self.cols_region: set[Value] = set()
         self._delay_state: dict = {}
         self._invariant_kept: dict = {}   # approximate vertex cut: invariant aggregations, completed once
+        self._rank_hoist: dict | None = None   # exact plans: the invariant values, from the first forward
+        self._rank_hoist_plan = None
         self._delay_restore: dict = {}   # op position -> DelayPipe state from a checkpoint
         self.epoch = 0
         P = comm.size
@@ -286,16 +295,44 @@ class DistModule(ReferenceModule):
     def forward(self, x: torch.Tensor | None = None, *extra) -> torch.Tensor:
         self.begin_forward(extra)
         self._ext_cache: dict[Value, torch.Tensor] = {}
-        env: dict[Value, object] = {}
+        env, hoisted = self._rank_hoisted(x)
         for op in self.ir.main.ops:
-            if op.name == "loss" or op in self._lin_skip:
+            if op.name == "loss" or op in self._lin_skip or op in hoisted:
                 continue
-            if op in self._lin_anchor:
-                env[op.result] = run_linear(self._lin_anchor[op], env)
-                continue
-            vals = [env[v] for v in op.operands]
-            env[op.result] = self.run_op(op, vals, x)
+            self._exec(op, env, x)
         return env[self.ir.main.results[0]]
+
+    def _exec(self, op: Op, env: dict, x) -> None:
+        if op in self._lin_anchor:
+            env[op.result] = run_linear(self._lin_anchor[op], env)
+        else:
+            env[op.result] = self.run_op(op, [env[v] for v in op.operands], x)
+
+    def _rank_hoisted(self, x) -> tuple[dict, frozenset]:
+        """The values the IR marks invariant (no param, no dropout: SGC's
+        S^K X, with their halo exchanges), computed by the first forward and
+        kept, as `gdsl run` keeps them in one process (ReferenceModule
+        `_hoisted`; was: every rank computed them again in every forward).
+        Every rank decides alike (the plan and the IR are the same on all),
+        so the collectives inside them run once on every rank. Exact plans
+        only: a delayed (cd-r, 0c) aggregation's value changes from epoch to
+        epoch (the approximate vertex cut completes its invariant ones once,
+        `_invariant_kept`); and not for features given to the forward."""
+        if x is not None or self.spec.delay != 0:
+            return {}, frozenset()
+        if self._rank_hoist_plan is None:   # a linear group (order hints) runs whole or not at all
+            self._rank_hoist_plan = plan_hoist(self.ir, [set(r.g.ops) for r in self._lin_anchor.values()],
+                                               set(self._lin_skip))
+        plan = self._rank_hoist_plan
+        if not plan.keep:
+            return {}, frozenset()
+        if self._rank_hoist is None:
+            env: dict = {}
+            with torch.no_grad():   # no param, no input requiring grad: nothing to differentiate
+                for op in plan.run:
+                    self._exec(op, env, x)
+            self._rank_hoist = {v: env[v] for v in plan.keep}
+        return dict(self._rank_hoist), plan.ops
 
     def run_op(self, op: Op, vals: list, x):  # noqa: C901 - the plan's dispatch
         n = op.name
