@@ -556,6 +556,37 @@ def test_foreign_launcher_partitions_each_graph_and_plan_apart_and_never_hangs(t
     assert r.returncode != 0 and r.stderr.count("no such directory") == 1, r.stderr
 
 
+@pytest.mark.mpi
+@pytest.mark.skipif(not _has_mpi(), reason="needs mpi4py and mpiexec")
+def test_ranks_of_a_foreign_launcher_stop_after_their_epoch_on_its_signal(tmp_path):
+    """`mpiexec -n 2 gdsl run ...` given SIGTERM (what Slurm sends at the time
+    limit; MPICH's mpiexec forwards it to every rank): the ranks stop together
+    after the epoch and write --json and the --checkpoint of that epoch, as
+    under gdsl's own launcher, and exit 128 + 15 (was: killed, nothing
+    written)."""
+    js, ck = tmp_path / "r.json", tmp_path / "ck"
+    p = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "gdsl.cli", "run", GCN, "--partition", "rows",
+                          "--epochs", "3000", "--log-every", "1", "--json", str(js), "--checkpoint", str(ck),
+                          "--checkpoint-every", "1000"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         env=_env(), cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while "epoch    2/3000" not in (p.stdout.readline() or "") and time.monotonic() < deadline:
+            assert p.poll() is None
+        p.send_signal(signal.SIGTERM)
+        out, _ = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 128 + signal.SIGTERM, out[-3000:]
+    m = re.search(rf"gdsl: terminated \(SIGTERM\) after (\d+) epochs; {re.escape(str(ck))} holds the checkpoint after "
+                  r"epoch (\d+)", out)
+    assert m and m.group(1) == m.group(2), out[-3000:]
+    r = json.loads(js.read_text())
+    assert r["interrupted"] is True and len(r["epochs"]) == int(m.group(1)) >= 2
+    assert json.loads((ck / "checkpoint.json").read_text())["epoch"] == int(m.group(1))
+
+
 def test_partition_out_keeps_files_it_did_not_write(tmp_path):
     d = tmp_path / "ud"
     d.mkdir()

@@ -573,9 +573,10 @@ def run_rank(args: dict) -> int:
     report = args.get("report") == "comm"
     ck = Path(args["checkpoint"]) if args.get("checkpoint") else None
     stop = Stop(args.get("run_dir"), rank)
-    train_loop(model, cfg, comm, epochs, opt=opt, start=start, history=history, on_epoch=on_epoch,
-               checkpoint=ck, every=int(args.get("checkpoint_every") or 10), traffic=bool(report or args.get("json")),
-               identity=identity, stop=stop)
+    with stop.catch_signals():
+        train_loop(model, cfg, comm, epochs, opt=opt, start=start, history=history, on_epoch=on_epoch,
+                   checkpoint=ck, every=int(args.get("checkpoint_every") or 10),
+                   traffic=bool(report or args.get("json")), identity=identity, stop=stop)
     if stop.epoch is not None and rank == 0:   # as one process says it (gdsl/cli.py)
         live = sys.stderr.isatty()
         n = len(history) - start
@@ -605,6 +606,8 @@ def run_rank(args: dict) -> int:
         # each file written even if stdout or the other file failed
         finish_run(lambda: _print_summary(history, report, part, args, model.backend, kernels),
                    [w for w, want in ((save_file, state is not None), (json_file, args.get("json"))) if want])
+    if stop.epoch is not None and not args.get("run_dir"):   # a foreign launcher's ranks: as one process exits
+        return 128 + stop.signum   # (under gdsl's launcher, the launcher says it)
     return 0
 
 

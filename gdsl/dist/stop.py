@@ -21,13 +21,15 @@ writes its last epoch's seconds as `epoch-seconds`, `heartbeat`), and then
 two minutes and ten epochs' time for them to end the run: ranks that do not
 answer or end in that time (a stopped or hung rank) are stopped at once, as
 is every rank on a second signal (gdsl/dist/launch.py). Under a foreign launcher (mpiexec,
-srun) there is no run directory, and a signal acts as MPI's process manager
-makes it act.
+srun) there is no run directory: the launcher forwards the signal to every
+rank, and each rank takes its first as the same request (`Stop.catch_signals`).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import threading
 
 STOP, STOPPING, HEARTBEAT = "stop", "stopping", "epoch-seconds"
 
@@ -87,15 +89,49 @@ def finish_within(run_dir: str) -> float:
 # ---------------------------------------------------------------- the ranks' side
 
 class Stop:
-    """A rank's view of a stop request (`run_dir` None: none can come)."""
+    """A rank's view of a stop request: the launcher's file in `run_dir`
+    (gdsl's own launcher), or, under a foreign launcher (no `run_dir`), a
+    signal the rank itself receives (`catch_signals`)."""
 
     def __init__(self, run_dir: str | None, rank: int) -> None:
         self.run_dir, self.rank = run_dir, rank
         self.epoch: int | None = None   # the epoch the ranks stopped after (set by train_loop)
+        self.received: int | None = None   # a signal this rank caught (foreign launcher)
 
     def seen(self) -> float:
-        """1.0 when the launcher has asked this rank to stop, else 0.0 (summed over the ranks)."""
-        return float(self.run_dir is not None and os.path.exists(os.path.join(self.run_dir, STOP)))
+        """1.0 when this rank was asked to stop, else 0.0 (summed over the ranks)."""
+        return float(self.received is not None or self.run_dir is not None
+                     and os.path.exists(os.path.join(self.run_dir, STOP)))
+
+    @contextlib.contextmanager
+    def catch_signals(self):
+        """Under a foreign launcher (mpiexec, mpirun, srun forward SIGINT and
+        SIGTERM to every rank; Slurm sends SIGTERM at the time limit, then
+        SIGKILL): the first SIGINT, SIGTERM or SIGHUP asks for the stop
+        after this epoch, as gdsl's own launcher does; a second acts as
+        before (Ctrl-C's KeyboardInterrupt, SIGTERM's default: MPI stops
+        every rank)."""
+        if self.run_dir is not None or threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        sigs = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+        old = {}
+
+        def handler(signum, frame):
+            if self.received is None:
+                self.received = signum
+                return
+            signal.signal(signum, old.get(signum, signal.SIG_DFL))   # the second: as it acted before
+            os.kill(os.getpid(), signum)
+
+        for sig in sigs:
+            if signal.getsignal(sig) not in (signal.SIG_IGN, None):
+                old[sig] = signal.signal(sig, handler)
+        try:
+            yield
+        finally:
+            for sig, h in old.items():
+                signal.signal(sig, h)
 
     def acknowledge(self, epoch: int) -> None:
         self.epoch = epoch
@@ -114,7 +150,9 @@ class Stop:
 
     @property
     def signum(self) -> int:
-        """The launcher's signal (SIGINT when rank 0 cannot read it)."""
+        """The launcher's signal, or this rank's (SIGINT when rank 0 cannot read it)."""
+        if self.received is not None:
+            return int(self.received)
         text = _read(os.path.join(self.run_dir, STOP)) if self.run_dir else None
         return int(text) if text and text.isdigit() else int(signal.SIGINT)
 
