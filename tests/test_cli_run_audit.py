@@ -278,3 +278,23 @@ def test_a_parts_directory_that_cannot_be_made_says_so():
         r = gdsl_here(*cmd)
         assert r.returncode == 1 and r.stderr.strip().splitlines()[-1].startswith(
             "gdsl: error: /proc/nope: cannot create the directory ("), r.stderr
+
+
+def test_a_run_stopped_before_mpiexec_started_says_so_and_leaves_no_checkpoint_dir(tmp_path, fake_launch):
+    """A signal between partitioning and mpiexec's start: was "all ranks
+    stopped" and "not written (the ranks were stopped at once)", and the
+    empty --checkpoint directory left behind (helper-3)."""
+    def stop():
+        e = KeyboardInterrupt()
+        e.gdsl_before_ranks = True   # what launch() marks when no mpiexec ran
+        raise e
+    fake_launch.then = stop
+    js, ck = tmp_path / "m.json", tmp_path / "ck"
+    r = gdsl_here("run", GCN, "--np", "2", "--partition", "rows", "--epochs", "3", "--json", js,
+                  "--checkpoint", ck)
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip().splitlines()[-3:] == [
+        "gdsl: interrupted",
+        f"gdsl: --json {js}: not written (the run was stopped before its ranks started)",
+        f"gdsl: --checkpoint {ck}: no checkpoint was written"]
+    assert not ck.exists()

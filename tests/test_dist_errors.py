@@ -420,6 +420,29 @@ def test_a_signal_lets_the_ranks_finish_their_epoch_and_keep_what_they_trained(t
 
 @pytest.mark.mpi
 @pytest.mark.skipif(not _has_mpi() or not Path("/proc").is_dir(), reason="needs MPI and /proc")
+def test_a_signal_to_the_launcher_and_the_ranks_alike_stops_them_after_their_epoch(tmp_path):
+    """Slurm's time limit and scancel, systemd's stop: SIGTERM to every
+    process of the job, ranks included (was: the ranks died of it, `rank 0
+    died (signal 15)`, exit 1, nothing written; helper-3)."""
+    js = tmp_path / "r.json"
+    run = Run(tmp_path, extra=("--json", js))
+    try:
+        ranks = run.pids(ranks_only=True)
+        for p in [run.proc.pid, *ranks]:
+            os.kill(p, signal.SIGTERM)
+        rc = run.proc.wait(30)
+        run.reader.join(5)
+        err = "".join(run.err)
+        assert rc == 128 + signal.SIGTERM, err
+        assert re.search(r"gdsl: terminated \(SIGTERM\) after \d+ epochs", err) and "died" not in err, err
+        assert json.loads(js.read_text())["interrupted"] is True
+        assert run.gone_within(2) and run.leftovers() == []
+    finally:
+        run.cleanup()
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(not _has_mpi() or not Path("/proc").is_dir(), reason="needs MPI and /proc")
 @pytest.mark.parametrize("again", [None, signal.SIGINT])
 def test_ranks_that_cannot_finish_their_epoch_are_stopped_at_once(tmp_path, again):
     """A SIGSTOPped rank cannot answer: after a few epochs' time (or at a
@@ -585,6 +608,62 @@ def test_ranks_of_a_foreign_launcher_stop_after_their_epoch_on_its_signal(tmp_pa
     r = json.loads(js.read_text())
     assert r["interrupted"] is True and len(r["epochs"]) == int(m.group(1)) >= 2
     assert json.loads((ck / "checkpoint.json").read_text())["epoch"] == int(m.group(1))
+
+
+@pytest.mark.mpi
+@pytest.mark.skipif(not _has_mpi(), reason="needs mpi4py and mpiexec")
+def test_a_foreign_launchers_signal_while_rank_0_partitions_never_hangs(tmp_path):
+    """Ctrl-C (SIGINT forwarded to every rank) while rank 0 partitions: was a
+    KeyboardInterrupt on rank 0 alone, the others busy-waiting in its bcast
+    for ever (helper-3). The first signal is now the stop after an epoch."""
+    from helpers import random_graph
+    g = random_graph(n=60000, e=600000, f=8, c=3, seed=1, isolated=0, hub=False)
+    np = pytest.importorskip("numpy")
+    data = tmp_path / "g.npz"
+    np.savez(data, src=g.src.numpy(), dst=g.dst.numpy(), features=g.features.numpy(), labels=g.labels.numpy(),
+             train_mask=g.masks["train"].numpy(), val_mask=g.masks["val"].numpy(), test_mask=g.masks["test"].numpy())
+    p = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "gdsl.cli", "run", GCN, "--data", str(data),
+                          "--partition", "vertex_cut", "--epochs", "50", "--json", str(tmp_path / "r.json")],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(), cwd=tmp_path,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        time.sleep(4)   # the ranks have started; rank 0 partitions 600k edges
+        p.send_signal(signal.SIGINT)
+        out, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode in (0, 130), out[-3000:]   # 0: the signal came after the last epoch
+    assert "Traceback" not in out and "error" not in out, out[-3000:]
+    assert json.loads((tmp_path / "r.json").read_text())["interrupted"] is (p.returncode == 130)
+
+
+def test_temporary_directories_of_a_gone_launcher_are_removed_by_the_next_run(tmp_path):
+    """kill -9 of `gdsl run --np` while rank 0 printed: mpiexec died with it
+    and took the ranks before they could remove gdsl-run-* and gdsl-parts-*
+    (the partitioned graph; helper-3). The next run removes those of
+    launchers that are gone, on this machine, and nothing else."""
+    import socket
+
+    from gdsl.dist.launch import _OWNER, reap_stale_temp_dirs
+    host = socket.gethostname()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    made = {}
+    for name, owner in (("gdsl-run-gone", {"pid": dead.pid, "start": "1", "host": host}),
+                        ("gdsl-parts-gone", {"pid": dead.pid, "start": None, "host": host}),
+                        ("gdsl-parts-alive", {"pid": os.getpid(), "start": None, "host": host}),
+                        ("gdsl-run-elsewhere", {"pid": dead.pid, "start": "1", "host": host + "-other"}),
+                        ("gdsl-run-noowner", None), ("other-gone", {"pid": dead.pid, "start": "1", "host": host})):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "part-0.npz").write_bytes(b"x")
+        if owner is not None:
+            (d / _OWNER).write_text(json.dumps(owner))
+        made[name] = d
+    reap_stale_temp_dirs(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gdsl-parts-alive", "gdsl-run-elsewhere",
+                                                          "gdsl-run-noowner", "other-gone"]
 
 
 def test_partition_out_keeps_files_it_did_not_write(tmp_path):

@@ -83,7 +83,7 @@ def test_node_arrays_are_checked(tmp_path):
     nan = z["node_T"].copy()
     nan[5, 1] = np.nan
     np.savez(tmp_path / "nan.npz", **{**z, "node_T": nan})
-    with pytest.raises(GdslError, match="vertex data 'T' contains NaN or inf"):
+    with pytest.raises(GdslError, match=r"vertex data 'T' contains NaN or inf \(first at vertex 5\)"):
         load_graph(tmp_path / "nan.npz")
 
 
@@ -185,3 +185,18 @@ def test_a_split_of_some_masks_beside_single_ones_is_warned_of(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load_graph(tmp_path / "mixed.npz", split=0)
+
+
+def test_node_data_named_like_a_label_input_says_it_is_not_read_as_such(tmp_path, capsys):
+    z = dict(np.load(ROOT / "gdsl" / "data" / "cora.npz"))
+    z["node_Y"] = np.ones((len(z["labels"]), 3), np.float32)
+    np.savez(tmp_path / "ny.npz", **z)
+    assert main(["compile", GCN, "--data", str(tmp_path / "ny.npz")]) == 0
+    assert "vertex data 'node_Y' is not read: 'Y' is the program's label input, which reads the labels" \
+        in capsys.readouterr().err
+
+
+def test_a_split_of_a_single_split_file_names_its_masks(tmp_path):
+    with pytest.raises(GdslError, match=r"split 1 is not available: the file has a single split \('labelled_mask'; "
+                                        r"several splits are NAME_masks arrays of shape \[S, N\]\)"):
+        load_graph(vertex_target_npz(), split=1)

@@ -6,6 +6,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from gdsl.backends import require_backend
@@ -253,6 +254,7 @@ def check_outputs(args) -> None:
         if not os.access(q, os.W_OK | os.X_OK):
             raise GdslError(f"--checkpoint {p}: cannot write in {q} (permission denied)")
         try:   # os.access passes for root where writing fails (/proc, a read-only mount): try it
+            args.made_checkpoint_dir = not p.exists()   # removed again if the run stops before writing in it
             p.mkdir(parents=True, exist_ok=True)
             fd, probe = tempfile.mkstemp(dir=p, prefix=".gdsl-probe-")
             os.close(fd)
@@ -272,6 +274,7 @@ def run_distributed(args, prog, graph, data) -> int:
     from gdsl.dist.launch import (
         Terminated,
         launch,
+        reap_stale_temp_dirs,
         stop_on_signals,
         temp_parts_dir,
         under_launcher,
@@ -286,10 +289,12 @@ def run_distributed(args, prog, graph, data) -> int:
         raise GdslError(f"--np must be at least 1, got {P}")
     require_backend(getattr(args, "backend", None))
     check_outputs(args)
+    reap_stale_temp_dirs()   # what a killed run left
     tmp = None
     launched = False
     # SIGTERM / SIGHUP (and SIGINT) while partitioning or training: the ranks
     # are stopped (launch), the temporary directories removed (finally)
+    started = time.time()
     with stop_on_signals():
         try:
             if args.parts and part_path(args.parts, 0).exists():
@@ -318,20 +323,36 @@ def run_distributed(args, prog, graph, data) -> int:
                 msg, code = f"gdsl: terminated ({e.name})", 128 + e.signum
             else:
                 msg, code = "gdsl: interrupted", 130
-            print(msg + ("; all ranks stopped" if launched else ""), file=sys.stderr)
+            ran = launched and not getattr(e, "gdsl_before_ranks", False)   # (was: said between launch and mpiexec)
+            print(msg + ("; all ranks stopped" if ran else ""), file=sys.stderr)
+            if getattr(args, "made_checkpoint_dir", False):
+                try:   # the empty directory check_outputs made, when nothing was written in it (helper-3)
+                    Path(args.checkpoint).rmdir()
+                except OSError:
+                    pass
             # (the first signal lets the ranks finish their epoch and write them: gdsl/dist/stop.py;
             # here they were stopped at once, by a second signal or as they did not answer)
-            if launched and getattr(args, "save", None):
-                print(f"gdsl: --save {args.save}: not written (the ranks were stopped at once; "
+            why = "the ranks were stopped at once" if ran else "the run was stopped before its ranks started"
+            # (each said only when rank 0 did not write it before the stop: was "not written" for a --json
+            # rank 0 had written, the ranks then hung in their teardown; helper-3)
+            if launched and getattr(args, "save", None) and not _written_since(args.save, started):
+                print(f"gdsl: --save {args.save}: not written ({why}; "
                       "--checkpoint DIR keeps a stopped distributed run's state)", file=sys.stderr)
-            if launched and getattr(args, "json", None):   # (was: said of --save only; helper-70)
-                print(f"gdsl: --json {args.json}: not written (the ranks were stopped at once)", file=sys.stderr)
+            if launched and getattr(args, "json", None) and not _written_since(args.json, started):   # (helper-70)
+                print(f"gdsl: --json {args.json}: not written ({why})", file=sys.stderr)
             if launched and getattr(args, "checkpoint", None):   # which epoch it holds (helper-76's note)
                 print(f"gdsl: --checkpoint {args.checkpoint}: {_checkpoint_held(args.checkpoint)}", file=sys.stderr)
             return code
         finally:
             if tmp:
                 shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _written_since(path: str, t0: float) -> bool:
+    try:
+        return os.stat(path).st_mtime >= t0 - 1.0   # (file systems with 1 s timestamps)
+    except OSError:
+        return False
 
 
 def _checkpoint_held(directory: str) -> str:
@@ -358,7 +379,16 @@ def _cache_name(args, prog, graph, size: int) -> str:
 def _run_as_rank(args, prog, graph) -> int:
     """Started by mpiexec/srun: rank 0 partitions (unless --parts holds one)
     and checks what can be checked before training (outputs, --resume); all
-    ranks train."""
+    ranks train. A first signal (the launcher forwards it to every rank) is
+    the stop after an epoch from the start (gdsl/dist/stop.py): was, during
+    rank 0's partitioning, a KeyboardInterrupt on rank 0 alone while the
+    others waited in its bcast for ever."""
+    from gdsl.dist.stop import catch_signals
+    with catch_signals():
+        return _rank_of_a_foreign_launcher(args, prog, graph)
+
+
+def _rank_of_a_foreign_launcher(args, prog, graph) -> int:
     from mpi4py import MPI
 
     from gdsl.dist import worker

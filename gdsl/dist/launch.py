@@ -96,7 +96,7 @@ def launch(args: dict, P: int, extra_env: dict | None = None, temp_dirs: list[st
     env.setdefault("OMP_NUM_THREADS", str(max(1, cores // P)))
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra_env or {})
-    run_dir = tempfile.mkdtemp(prefix="gdsl-run-")
+    run_dir = _temp_dir("gdsl-run-")
     # MPICH's mpiexec writes its topology (hydra_hwloc_xmlfile_*) into TMPDIR and leaves it there when it is
     # killed: in the run directory, it goes with it (the ranks' temporary files too)
     env["TMPDIR"] = run_dir
@@ -169,8 +169,13 @@ def launch(args: dict, P: int, extra_env: dict | None = None, temp_dirs: list[st
         if rc == 0 and failed:   # as one process says it (gdsl/cli.py)
             print(f"gdsl: error: {(failed[0].strerror or str(failed[0])).lower()}", file=sys.stderr)
             return 1
-        if rc == 0 and stopped is not None:   # as one process stopped by the signal (gdsl/cli.py)
-            return 128 + (stopped.signum if isinstance(stopped, Terminated) else int(signal.SIGINT))
+        if rc == 0 and stopped is not None:
+            from gdsl.dist.stop import acknowledged
+            if acknowledged(run_dir):   # as one process stopped by the signal (gdsl/cli.py)
+                return 128 + (stopped.signum if isinstance(stopped, Terminated) else int(signal.SIGINT))
+            # the ranks had trained every epoch: the run is whole (its --json says "interrupted": false)
+            print("gdsl: the run had ended before the ranks could stop it", file=sys.stderr)
+            return 141 if closed else 0
         if rc == 0:
             return 141 if closed else 0   # as `gdsl run | head` (gdsl/cli.py)
         reports = read_reports(run_dir)
@@ -187,11 +192,16 @@ def launch(args: dict, P: int, extra_env: dict | None = None, temp_dirs: list[st
             print(f"gdsl: error: rank {who} died ({why}); all {P} ranks were stopped" if who != "a rank"
                   else f"gdsl: error: a rank died ({why}); all {P} ranks were stopped", file=sys.stderr)
         return 1
-    except BaseException:
+    except BaseException as e:
         if proc is not None:
             _stop(proc, run_dir)
             for t in threads:
                 t.join(2)
+        else:   # before mpiexec started: no rank ran (cli_run says so)
+            try:
+                e.gdsl_before_ranks = True
+            except AttributeError:
+                pass
         raise
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
@@ -345,12 +355,14 @@ def _signal_all(proc: subprocess.Popen, pids: list[int], sig: int) -> None:
 
 
 def _stop(proc: subprocess.Popen, run_dir: str, grace: float = 2.0) -> None:
-    """Stop mpiexec and every rank: SIGTERM, then SIGKILL after `grace`
-    seconds. The ranks run in sessions of their own (hydra starts them so),
-    so they are signalled by pid as well as through mpiexec; a stopped
-    (SIGSTOPped) rank only goes with SIGKILL."""
+    """Stop mpiexec and every rank at once: SIGKILL to the ranks (they take
+    a first SIGTERM as a request to stop after their epoch: gdsl/dist/stop.py),
+    SIGTERM to mpiexec's process group, then SIGKILL after `grace` seconds.
+    The ranks run in sessions of their own (hydra starts them so), so they
+    are signalled by pid."""
     pids = _rank_pids(run_dir)
-    _signal_all(proc, pids, signal.SIGTERM)
+    _signal_all(proc, [], signal.SIGTERM)
+    _signal_all(proc, pids, signal.SIGKILL)
     try:
         proc.wait(grace)
     except subprocess.TimeoutExpired:
@@ -376,5 +388,50 @@ def _exists(pid: int) -> bool:
     return _start_time(pid) is not None or not Path("/proc").is_dir()
 
 
+_OWNER = "owner.json"   # in each temporary directory: the `gdsl run` that made it (reap_stale_temp_dirs)
+_TEMP_PREFIXES = ("gdsl-run-", "gdsl-parts-")
+
+
+def _temp_dir(prefix: str) -> str:
+    d = tempfile.mkdtemp(prefix=prefix)
+    from gdsl.dist.worker import _start_time
+    try:
+        with open(os.path.join(d, _OWNER), "w") as f:
+            json.dump({"pid": os.getpid(), "start": _start_time(os.getpid()), "host": socket.gethostname()}, f)
+    except OSError:
+        pass
+    return d
+
+
 def temp_parts_dir() -> str:
-    return tempfile.mkdtemp(prefix="gdsl-parts-")
+    return _temp_dir("gdsl-parts-")
+
+
+def reap_stale_temp_dirs(where: str | None = None) -> None:
+    """Remove the temporary directories (`gdsl-run-*`, `gdsl-parts-*`: the
+    whole partitioned graph) of `gdsl run --np` launchers on this machine
+    that are gone. A launcher removes its own, and its ranks do when it is
+    killed (gdsl/dist/worker.py, `watch_launcher`); but mpiexec dies with
+    the launcher when it next writes a rank's output to it, and takes the
+    ranks before they can (was: both left in TMPDIR at every kill -9 of a
+    run printing progress; helper-3). Only directories with gdsl's owner
+    record, made on this machine by a process that no longer runs."""
+    from gdsl.dist.worker import launcher_alive
+    where = where or tempfile.gettempdir()
+    host = socket.gethostname()
+    try:
+        names = os.listdir(where)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(_TEMP_PREFIXES):
+            continue
+        d = os.path.join(where, name)
+        try:
+            with open(os.path.join(d, _OWNER)) as f:
+                owner = json.load(f)
+            if not isinstance(owner, dict) or owner.get("host") != host or launcher_alive(owner):
+                continue
+        except (OSError, ValueError, TypeError, KeyError):
+            continue
+        shutil.rmtree(d, ignore_errors=True)

@@ -573,10 +573,9 @@ def run_rank(args: dict) -> int:
     report = args.get("report") == "comm"
     ck = Path(args["checkpoint"]) if args.get("checkpoint") else None
     stop = Stop(args.get("run_dir"), rank)
-    with stop.catch_signals():
-        train_loop(model, cfg, comm, epochs, opt=opt, start=start, history=history, on_epoch=on_epoch,
-                   checkpoint=ck, every=int(args.get("checkpoint_every") or 10),
-                   traffic=bool(report or args.get("json")), identity=identity, stop=stop)
+    train_loop(model, cfg, comm, epochs, opt=opt, start=start, history=history, on_epoch=on_epoch,
+               checkpoint=ck, every=int(args.get("checkpoint_every") or 10), traffic=bool(report or args.get("json")),
+               identity=identity, stop=stop)
     if stop.epoch is not None and rank == 0:   # as one process says it (gdsl/cli.py)
         live = sys.stderr.isatty()
         n = len(history) - start

@@ -20,9 +20,10 @@ Until the ranks have answered, the launcher waits a few epochs' time (rank 0
 writes its last epoch's seconds as `epoch-seconds`, `heartbeat`), and then
 two minutes and ten epochs' time for them to end the run: ranks that do not
 answer or end in that time (a stopped or hung rank) are stopped at once, as
-is every rank on a second signal (gdsl/dist/launch.py). Under a foreign launcher (mpiexec,
-srun) there is no run directory: the launcher forwards the signal to every
-rank, and each rank takes its first as the same request (`Stop.catch_signals`).
+is every rank on a second signal (gdsl/dist/launch.py). Each rank also takes the first signal it receives itself as the same
+request (`catch_signals`): a foreign launcher (mpiexec, srun), which has no
+run directory, forwards the signal to every rank, and Slurm or systemd
+signal every process of a job, ranks included.
 """
 from __future__ import annotations
 
@@ -88,50 +89,59 @@ def finish_within(run_dir: str) -> float:
 
 # ---------------------------------------------------------------- the ranks' side
 
+_RECEIVED: list[int] = []   # the signals this process caught inside `catch_signals` (the first one counts)
+_CATCHING: list[bool] = []
+
+
+@contextlib.contextmanager
+def catch_signals():
+    """While a rank runs: its first SIGINT, SIGTERM or SIGHUP asks for the
+    stop after the current epoch (`Stop.seen`), and a second acts as it did
+    before (Ctrl-C's KeyboardInterrupt, SIGTERM's and SIGHUP's default: the
+    rank dies and MPI stops the others). Signals reach the ranks themselves
+    from a foreign launcher (mpiexec, mpirun and srun forward SIGINT and
+    SIGTERM to every rank; Slurm sends SIGTERM at the time limit, SIGKILL
+    later) and, under gdsl's own launcher, from whatever signals a whole
+    job (Slurm's scancel, systemd's stop of a cgroup): was, there, the
+    ranks dying before they could see the launcher's request. Re-entrant;
+    a no-op outside the main thread."""
+    if _CATCHING or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    sigs = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
+    old = {}
+
+    def handler(signum, frame):
+        if not _RECEIVED:
+            _RECEIVED.append(signum)
+            return
+        signal.signal(signum, old.get(signum, signal.SIG_DFL))   # the second: as it acted before
+        os.kill(os.getpid(), signum)
+
+    for sig in sigs:
+        if signal.getsignal(sig) not in (signal.SIG_IGN, None):   # nohup's SIGHUP stays ignored
+            old[sig] = signal.signal(sig, handler)
+    _CATCHING.append(True)
+    try:
+        yield
+    finally:
+        _CATCHING.pop()
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
 class Stop:
     """A rank's view of a stop request: the launcher's file in `run_dir`
-    (gdsl's own launcher), or, under a foreign launcher (no `run_dir`), a
-    signal the rank itself receives (`catch_signals`)."""
+    (gdsl's own launcher), or a signal the rank caught (`catch_signals`)."""
 
     def __init__(self, run_dir: str | None, rank: int) -> None:
         self.run_dir, self.rank = run_dir, rank
         self.epoch: int | None = None   # the epoch the ranks stopped after (set by train_loop)
-        self.received: int | None = None   # a signal this rank caught (foreign launcher)
 
     def seen(self) -> float:
         """1.0 when this rank was asked to stop, else 0.0 (summed over the ranks)."""
-        return float(self.received is not None or self.run_dir is not None
+        return float(bool(_RECEIVED) or self.run_dir is not None
                      and os.path.exists(os.path.join(self.run_dir, STOP)))
-
-    @contextlib.contextmanager
-    def catch_signals(self):
-        """Under a foreign launcher (mpiexec, mpirun, srun forward SIGINT and
-        SIGTERM to every rank; Slurm sends SIGTERM at the time limit, then
-        SIGKILL): the first SIGINT, SIGTERM or SIGHUP asks for the stop
-        after this epoch, as gdsl's own launcher does; a second acts as
-        before (Ctrl-C's KeyboardInterrupt, SIGTERM's default: MPI stops
-        every rank)."""
-        if self.run_dir is not None or threading.current_thread() is not threading.main_thread():
-            yield
-            return
-        sigs = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
-        old = {}
-
-        def handler(signum, frame):
-            if self.received is None:
-                self.received = signum
-                return
-            signal.signal(signum, old.get(signum, signal.SIG_DFL))   # the second: as it acted before
-            os.kill(os.getpid(), signum)
-
-        for sig in sigs:
-            if signal.getsignal(sig) not in (signal.SIG_IGN, None):
-                old[sig] = signal.signal(sig, handler)
-        try:
-            yield
-        finally:
-            for sig, h in old.items():
-                signal.signal(sig, h)
 
     def acknowledge(self, epoch: int) -> None:
         self.epoch = epoch
@@ -150,11 +160,11 @@ class Stop:
 
     @property
     def signum(self) -> int:
-        """The launcher's signal, or this rank's (SIGINT when rank 0 cannot read it)."""
-        if self.received is not None:
-            return int(self.received)
+        """The launcher's signal, else this rank's (SIGINT when rank 0 knows neither)."""
         text = _read(os.path.join(self.run_dir, STOP)) if self.run_dir else None
-        return int(text) if text and text.isdigit() else int(signal.SIGINT)
+        if text and text.isdigit():
+            return int(text)
+        return int(_RECEIVED[0]) if _RECEIVED else int(signal.SIGINT)
 
     def what(self) -> str:
         s = self.signum

@@ -212,8 +212,9 @@ class Graph:
         for k, v in self.ndata.items():
             if v.dim() < 1 or v.shape[0] != n:
                 raise GdslError(f"{where}: vertex data '{k}' must have one row per vertex ({n}), got shape {list(v.shape)}")
-            if v.is_floating_point() and not torch.isfinite(v).all():
-                raise GdslError(f"{where}: vertex data '{k}' contains NaN or inf")
+            if v.is_floating_point() and not torch.isfinite(v).all():   # where, as for the features (helper-3)
+                bad = int((~torch.isfinite(v.reshape(n, -1) if n else v)).any(1).nonzero()[0, 0])
+                raise GdslError(f"{where}: vertex data '{k}' contains NaN or inf (first at vertex {bad})")
         for k, v in self.edata.items():
             if v.dim() < 1 or v.shape[0] != e:
                 raise GdslError(f"{where}: edge data '{k}' must have one row per edge ({e}), got shape {list(v.shape)}")

@@ -202,7 +202,10 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
     names = sorted({m for k in arrays if (m := _mask_name(k)) is not None},
                    key=lambda m: (m not in STANDARD_MASKS, STANDARD_MASKS.index(m) if m in STANDARD_MASKS else 0, m))
     if split != 0 and not any(f"{name}_masks" in arrays for name in names):
-        raise GdslError(f"{where}: split {split} is not available: the file has a single split (no 'train_masks')")
+        # (was "(no 'train_masks')" whatever the masks were called; helper-3)
+        have = ", ".join(f"'{n}_mask'" for n in names) or "no mask"
+        raise GdslError(f"{where}: split {split} is not available: the file has a single split ({have}; several "
+                        f"splits are NAME_masks arrays of shape [S, N])")
     if split != 0:   # (was: split k's train mask beside the one val mask of every split, without a word)
         multi = [n for n in names if f"{n}_masks" in arrays]
         single = [n for n in names if f"{n}_masks" not in arrays]

@@ -24,9 +24,13 @@ def unread_data(prog: CheckedProgram, graph: Graph) -> list[str]:
         out.append(f"{where}: edge data {arrays} is not read: the program declares no edge input of that name "
                    f"({decl} reads it)")
     vertex_inputs = [name for name, d in prog.inputs.items() if d.domain == "vertex" and d.type.dtype != "label"]
+    labels = [name for name, d in prog.inputs.items() if d.type.dtype == "label"]
     first = vertex_inputs[0] if vertex_inputs and graph.features is not None else None
     for k in graph.ndata:
-        if k == first:
+        if k in labels:   # (was: "declares no vertex input of that name", for a label input Y; helper-3)
+            out.append(f"{where}: vertex data 'node_{k}' is not read: '{k}' is the program's label input, which "
+                       "reads the labels")
+        elif k == first:
             out.append(f"{where}: vertex data 'node_{k}' is not read: '{k}' is the program's first vertex input, "
                        "which reads the features")
         elif k not in vertex_inputs:
