@@ -383,16 +383,12 @@ def _run_as_rank(args, prog, graph) -> int:
     the stop after an epoch from the start (gdsl/dist/stop.py): was, during
     rank 0's partitioning, a KeyboardInterrupt on rank 0 alone while the
     others waited in its bcast for ever."""
-    from gdsl.dist.stop import catch_signals
-    with catch_signals():
-        return _rank_of_a_foreign_launcher(args, prog, graph)
-
-
-def _rank_of_a_foreign_launcher(args, prog, graph) -> int:
     from mpi4py import MPI
 
     from gdsl.dist import worker
     from gdsl.dist.run import write_partition
+    from gdsl.dist.stop import catch_signals
+    catch_signals()
     comm = MPI.COMM_WORLD
     size = comm.Get_size()
     if args.np_ is not None and args.np_ != size:   # every rank sees it alike, rank 0 says it (was: each
@@ -412,6 +408,9 @@ def _rank_of_a_foreign_launcher(args, prog, graph) -> int:
                 spec = choose_spec(prog, graph, size, args.partition, args.delay, args.halo, args.seed,
                                    args.mem_per_rank)
                 check_delay(spec.delay, _epochs(args, prog))
+                if (hold := os.environ.get("GDSL_TEST_HOLD_PARTITION")):   # test hook: a long partitioning
+                    print("gdsl-test: partitioning", file=sys.stderr, flush=True)
+                    time.sleep(float(hold))
                 write_partition(prog, graph, spec, size, parts)
             h = read_header(part_path(parts, 0))
             check_delay((h.get("spec") or {}).get("delay"), _epochs(args, prog))

@@ -36,7 +36,7 @@ from pathlib import Path
 from gdsl.diagnostics import GdslError
 from gdsl.dist.errors import format_reports, not_joined, read_reports
 from gdsl.runtime.files import discard_stdout
-from gdsl.runtime.signals import Terminated, stop_on_signals  # noqa: F401 (used by cli_run)
+from gdsl.runtime.signals import STOP_SIGNALS, Terminated, stop_on_signals  # noqa: F401 (used by cli_run)
 
 # set by MPICH/Intel MPI (PMI_*), Open MPI (OMPI_*), PMIx, Slurm's srun
 _LAUNCHER_ENV = ("PMI_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "MPI_LOCALRANKID")
@@ -227,8 +227,7 @@ def _stop_after_epoch(proc: subprocess.Popen, run_dir: str, first: BaseException
     def at_once(sig, frame):
         raise Again(sig)
 
-    sigs = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
-    old = {sig: signal.signal(sig, at_once) for sig in sigs if signal.getsignal(sig) != signal.SIG_IGN}
+    old = {sig: signal.signal(sig, at_once) for sig in STOP_SIGNALS if signal.getsignal(sig) != signal.SIG_IGN}
     try:
         within = stop.answer_within(run_dir)
         deadline = time.monotonic() + within

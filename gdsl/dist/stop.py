@@ -27,10 +27,11 @@ signal every process of a job, ranks included.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
+
+from gdsl.runtime.signals import STOP_SIGNALS
 
 STOP, STOPPING, HEARTBEAT = "stop", "stopping", "epoch-seconds"
 
@@ -89,45 +90,36 @@ def finish_within(run_dir: str) -> float:
 
 # ---------------------------------------------------------------- the ranks' side
 
-_RECEIVED: list[int] = []   # the signals this process caught inside `catch_signals` (the first one counts)
-_CATCHING: list[bool] = []
+_RECEIVED: list[int] = []   # the signals this process caught (the first one counts)
+_CAUGHT: dict = {}   # signal -> the handler before catch_signals (set once per process)
 
 
-@contextlib.contextmanager
-def catch_signals():
-    """While a rank runs: its first SIGINT, SIGTERM or SIGHUP asks for the
-    stop after the current epoch (`Stop.seen`), and a second acts as it did
-    before (Ctrl-C's KeyboardInterrupt, SIGTERM's and SIGHUP's default: the
-    rank dies and MPI stops the others). Signals reach the ranks themselves
-    from a foreign launcher (mpiexec, mpirun and srun forward SIGINT and
-    SIGTERM to every rank; Slurm sends SIGTERM at the time limit, SIGKILL
-    later) and, under gdsl's own launcher, from whatever signals a whole
-    job (Slurm's scancel, systemd's stop of a cgroup): was, there, the
-    ranks dying before they could see the launcher's request. Re-entrant;
-    a no-op outside the main thread."""
-    if _CATCHING or threading.current_thread() is not threading.main_thread():
-        yield
+def catch_signals() -> None:
+    """For the rest of a rank's process: its first SIGINT, SIGTERM or SIGHUP
+    asks for the stop after the current epoch (`Stop.seen`), and a second
+    acts as it did before (Ctrl-C's KeyboardInterrupt, SIGTERM's and
+    SIGHUP's default: the rank dies and MPI stops the others). Signals reach
+    the ranks themselves from a foreign launcher (mpiexec, mpirun and srun
+    forward SIGINT and SIGTERM to every rank; Slurm sends SIGTERM at the
+    time limit, SIGKILL later) and, under gdsl's own launcher, from
+    whatever signals a whole job (Slurm's scancel, systemd's stop of a
+    cgroup): was, there, the ranks dying before they could see the
+    launcher's request. Installed once, from the start of a rank's work to
+    its exit (a signal while it finalises MPI is no traceback either); a
+    no-op outside the main thread."""
+    if _CAUGHT or threading.current_thread() is not threading.main_thread():
         return
-    sigs = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
-    old = {}
 
     def handler(signum, frame):
         if not _RECEIVED:
             _RECEIVED.append(signum)
             return
-        signal.signal(signum, old.get(signum, signal.SIG_DFL))   # the second: as it acted before
+        signal.signal(signum, _CAUGHT.get(signum, signal.SIG_DFL))   # the second: as it acted before
         os.kill(os.getpid(), signum)
 
-    for sig in sigs:
+    for sig in STOP_SIGNALS:
         if signal.getsignal(sig) not in (signal.SIG_IGN, None):   # nohup's SIGHUP stays ignored
-            old[sig] = signal.signal(sig, handler)
-    _CATCHING.append(True)
-    try:
-        yield
-    finally:
-        _CATCHING.pop()
-        for sig, h in old.items():
-            signal.signal(sig, h)
+            _CAUGHT[sig] = signal.signal(sig, handler)
 
 
 class Stop:

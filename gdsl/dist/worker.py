@@ -109,8 +109,8 @@ def run(args: dict) -> int:
         from gdsl.dist.run import run_rank
         from gdsl.dist.stop import catch_signals
         warnings.simplefilter("ignore", GdslWarning)   # the launcher printed the compile warnings once
-        with catch_signals():   # a signal to the rank itself: the stop after the epoch (gdsl/dist/stop.py)
-            return run_rank(args)
+        catch_signals()   # a signal to the rank itself: the stop after the epoch (gdsl/dist/stop.py)
+        return run_rank(args)
     except BaseException as e:  # noqa: BLE001 - every failure must stop all ranks
         from gdsl.diagnostics import CompileError
         from gdsl.dist.errors import AllRanksError, report

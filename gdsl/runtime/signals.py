@@ -11,6 +11,10 @@ import signal
 import threading
 
 
+# what stops a run: Ctrl-C, `timeout` / a batch scheduler, a closed terminal
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
+
+
 class Terminated(BaseException):
     """SIGTERM or SIGHUP to `gdsl run` (what `timeout` and a closed terminal
     send), raised in the main thread as SIGINT raises
@@ -42,9 +46,8 @@ def stop_on_signals():
         fired.append(signum)
         raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
-    sigs = [signal.SIGINT, signal.SIGTERM] + ([signal.SIGHUP] if hasattr(signal, "SIGHUP") else [])
     old = {}
-    for sig in sigs:
+    for sig in STOP_SIGNALS:
         if signal.getsignal(sig) == signal.SIG_IGN:
             continue   # nohup's SIGHUP, a background job's SIGINT: stay ignored
         old[sig] = signal.signal(sig, handler)
