@@ -556,7 +556,7 @@ def cmd_run(args, parser) -> int:
     import gdsl
     from gdsl.graph.io import load_graph, resolve_data
     from gdsl.runtime.files import finish_run, save_state_dict
-    from gdsl.runtime.trainer import Diverged, Progress, check_json_path, train, write_json
+    from gdsl.runtime.trainer import Diverged, Progress, check_json_path, epoch_time_text, train, write_json
 
     if args.epochs is not None and args.epochs < 1:
         parser.error("--epochs must be at least 1")
@@ -627,7 +627,7 @@ def cmd_run(args, parser) -> int:
         if f:
             accs = "  ".join(f"{k} {v:.4f}" for k, v in f.items() if k.endswith("_acc") and "/" not in k)
             print(f"final (epoch {f['epoch']}): loss {f['loss']:.4f}  {accs}  "
-                  f"mean epoch {f['mean_epoch_time'] * 1000:.1f} ms")
+                  + epoch_time_text(f["mean_epoch_time"], f.get("first_epoch_time"), f.get("later_epoch_time")))
             if "best_val_epoch" in f:
                 print(f"best val epoch {f['best_val_epoch']}: val_acc {f['best_val/val_acc']:.4f}"
                       + (f"  test_acc {f['best_val/test_acc']:.4f}" if "best_val/test_acc" in f else ""))

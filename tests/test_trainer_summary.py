@@ -23,6 +23,8 @@ def test_summary_picks_the_earliest_best_val_epoch():
     _summarise(r)
     assert r.final["epoch"] == 4 and r.final["loss"] == 0.25 and r.final["val_acc"] == 0.6
     assert r.final["mean_epoch_time"] == pytest.approx(0.25)
+    # the first epoch (kernel loading, compiling) apart from the mean of the others
+    assert r.final["first_epoch_time"] == pytest.approx(0.1) and r.final["later_epoch_time"] == pytest.approx(0.3)
     assert r.final["best_val_epoch"] == 2
     assert r.final["best_val/val_acc"] == 0.8 and r.final["best_val/test_acc"] == 0.4
 
@@ -126,3 +128,9 @@ def test_a_nonfinite_gradient_under_a_finite_loss_stops_before_its_step(backend)
         gdsl.train(gdsl.compile(ZERO_IN), zero_in_degree_graph(), backend=backend, epochs=3)
     assert e.value.result.epochs == [] and e.value.result.steps == 0
     assert torch.isfinite(e.value.result.model.GCNConv_1.W).all()   # the step was not taken
+
+
+def test_the_summary_line_gives_the_first_epoch_apart():
+    from gdsl.runtime.trainer import epoch_time_text
+    assert epoch_time_text(0.1328, 0.3791, 0.0096) == "mean epoch 132.8 ms (first 379.1 ms, later 9.6 ms)"
+    assert epoch_time_text(0.3305) == "mean epoch 330.5 ms"   # one epoch: nothing to split

@@ -648,8 +648,11 @@ def _print_summary(history: list, report: bool, part, args, backend: str = "refe
         return
     last = history[-1]
     accs = "  ".join(f"{k} {v:.4f}" for k, v in last.items() if k.endswith("_acc"))
-    mean_t = sum(h["time"] for h in history) / len(history)
-    print(f"final (epoch {last['epoch']}): loss {last['loss']:.4f}  {accs}  mean epoch {mean_t * 1000:.1f} ms  "
+    from gdsl.runtime.trainer import epoch_time_text, split_epoch_times  # noqa: PLC0415
+    times = [h["time"] for h in history]
+    split = split_epoch_times(times)
+    ttext = epoch_time_text(sum(times) / len(times), split.get("first_epoch_time"), split.get("later_epoch_time"))
+    print(f"final (epoch {last['epoch']}): loss {last['loss']:.4f}  {accs}  {ttext}  "
           f"[{part.spec.describe()}, {part.size} rank{'s' if part.size != 1 else ''}"   # describe() marks an approximate plan
           f"{', ' + backend + ' kernels: ' + ', '.join(sorted(kernels)) if kernels else ''}]")
     if report:
