@@ -313,6 +313,14 @@ CASES = [
      "got 2e+38"),
     ('number-beyond-f32', 'gcn.gd', 'apply     out = s + b', 'apply     out = s + b * 4e38',
      '14:29', "the number 4e+38 is outside f32's range (|x| <= 3.4e38); the tensors it meets are f32"),
+    # a 400-digit integer literal is an int beyond float's range (helper-4: 'internal compiler error: int too
+    # large to convert to float' for dropout p and lr)
+    ('lr-400-digit-integer', 'gcn.gd', 'adam(lr = 0.01, weight_decay = 5e-4)', 'adam(lr = 1' + '0' * 400 + ')',
+     '28:27', "adam option 'lr' must be a finite number"),
+    ('dropout-p-400-digit-integer', 'gcn.gd', 'h = dropout(h, p)', 'h = dropout(h, 1' + '0' * 400 + ')',
+     '21:20', "dropout p must be within f32's range (|x| <= 3.4e38), got 1.00000e+400"),
+    ('number-400-digit-integer', 'gcn.gd', 'apply     out = s + b', 'apply     out = s + b * 1' + '0' * 400,
+     '14:29', "the number 1.00000e+400 is outside f32's range (|x| <= 3.4e38); the tensors it meets are f32"),
     ('normal-init-negative-std', 'gcn.gd', 'param b : f32[dout] = zeros', 'param b : f32[dout] = normal(-1)',
      '9:34', "normal's std must be >= 0, got -1"),
     ('dropout-p-positional-and-named', 'gcn.gd', 'h = dropout(h, p)', 'h = dropout(h, 0.2, p = 0.3)',
@@ -385,6 +393,8 @@ CASES = [
      '18:33', "'dst' cannot name a value: dst.x and dst.degree read an edge's destination vertex"),
     ('a-mask-named-src', 'gcn.gd', 'mask train, val, test', 'mask train, val, test, src',
      '5:24', "'src' cannot name a value"),
+    ('hec-size-400-digit-integer', 'gat.gd', '    order     = auto\n', '    order     = auto\n    cache     = hec(size = 1' + '0' * 400 + ')\n',
+     '40:28', "hec option 'size' must be a non-negative finite number"),
     ('push-pull-depth-zero', 'gat.gd', '    order     = auto\n', '    order     = auto\n    pipeline  = push_pull(depth = 0)\n',
      '40:35', "push_pull option 'depth' must be a positive integer"),
 ]

@@ -76,6 +76,15 @@ class CheckedProgram:
 ENDPOINTS = {"src": "source", "dst": "destination"}
 
 
+def _finite(v: float | int) -> bool:
+    """A finite float, or an integer within float's range (a 400-digit literal
+    is an int here: math.isfinite raised OverflowError on it, an internal error)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def _number(e: ast.Expr) -> float | int | None:
     if isinstance(e, ast.Number):
         return e.value
@@ -367,7 +376,7 @@ class Checker:
                 pass  # reported by check_repeated_keywords
             elif v is None:
                 self.diags.error(k.value.span, f"{name} option '{k.name}' must be a number")
-            elif not math.isfinite(v):
+            elif not _finite(v):
                 self.diags.error(k.value.span, f"{name} option '{k.name}' must be a finite number")
             elif k.name in ("lr", "eps") and v <= 0:
                 self.diags.error(k.value.span, f"{name} option '{k.name}' must be positive")
@@ -560,7 +569,7 @@ class Checker:
             v = _number(k.value)
             if k.name not in allowed:
                 self.diags.error(k.span, f"unknown {name} option '{k.name}' (expected one of {', '.join(allowed)})")
-            elif v is None or v < 0 or not math.isfinite(v):
+            elif v is None or v < 0 or not _finite(v):
                 self.diags.error(k.value.span, f"{name} option '{k.name}' must be a non-negative finite number")
             elif k.name in ("depth", "size", "lifespan") and (not isinstance(v, int) or v < 1):
                 self.diags.error(k.value.span, f"{name} option '{k.name}' must be a positive integer")

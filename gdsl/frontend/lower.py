@@ -1077,11 +1077,17 @@ def _declared(shape: list[ast.Expr], value) -> str:
 def _fmt(v) -> str:
     """A static value for a message: 1.5 rather than sympy's 1.50000000000000,
     16.0 (not 16) for a float that happens to be whole."""
-    if not (isinstance(v, sympy.Basic) and v.is_number):
+    if isinstance(v, sympy.Basic) and v.is_number:
+        x = _num(v)
+    elif isinstance(v, (int, float)) and not isinstance(v, bool):
+        x = v
+    else:
         return sympy.sstr(v)
-    x = _num(v)
     if isinstance(x, float) and x.is_integer() and abs(x) < 1e16:
         return f"{x:.1f}"
+    if isinstance(x, int) and abs(x) >= 10 ** 16:   # a 400-digit literal: f"{x:g}" raised OverflowError
+        digits = str(abs(x))
+        return f"{'-' if x < 0 else ''}{digits[0]}.{digits[1:6]}e+{len(digits) - 1}"
     return f"{x:g}"
 
 
