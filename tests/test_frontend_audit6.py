@@ -151,3 +151,23 @@ def test_a_missing_directory_path_as_data_is_named_as_typed_without_the_builtin_
     assert str(e.value) == f"{tmp_path / 'nonexist'}/: no such file"
     with pytest.raises(GdslError, match=r"^actor: no such file \(the built-in data sets are cora and citeseer"):
         gdsl.load_graph("actor")
+
+
+def test_many_inputs_lower_in_linear_work(monkeypatch):
+    """The data's dimension names are collected once per lowering (was: per
+    shape, over every input: 20000 unused inputs took minutes; helper-4's fuzzing)."""
+    from gdsl.frontend import lower
+    calls = 0
+    real = lower._names_in
+
+    def counting(e):
+        nonlocal calls
+        calls += 1
+        return real(e)
+    monkeypatch.setattr(lower, "_names_in", counting)
+    gcn = (Path(gdsl.__file__).resolve().parent.parent / "programs" / "gcn.gd").read_text()
+    head, _, rest = gcn.partition("\nlayer ")
+    n = 400
+    extra = "".join(f"input I{i} : vertex f32[F{i}]\n" for i in range(n))
+    gdsl.compile(head + "\n" + extra + "layer " + rest)
+    assert calls < 20 * n, calls   # quadratic was > n * n = 160000
