@@ -163,6 +163,9 @@ def _delay(text: str):
         raise argparse.ArgumentTypeError("expected a non-negative integer or none") from None
     if v < 0:
         raise argparse.ArgumentTypeError("expected a non-negative integer or none")
+    from gdsl.frontend.checker import MAX_DELAY
+    if v > MAX_DELAY:
+        raise argparse.ArgumentTypeError(f"at most {MAX_DELAY} epochs")
     return v
 
 
@@ -295,6 +298,9 @@ def cmd_plan(args, parser) -> int:
                 parser.error(f"--dims: the program has no dim {k} (its dims: {', '.join(sorted(known))})")
             if int(v) < (0 if k == "E" else 1):
                 parser.error(f"--dims: {k} must be at least {0 if k == 'E' else 1}, got {v.strip()}")
+            from gdsl.frontend.lower import MAX_DIM
+            if k in ("N", "E") and int(v) > MAX_DIM:   # F, C: lower's own check (was: N of 400 digits, exit 3)
+                parser.error(f"--dims: {k} is too large: {v} (at most 2**40)")
             given.add(k)
             dims[k] = int(v)
     row = {k: dims.pop(k) for k in ("N", "E") if k in dims}

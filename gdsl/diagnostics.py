@@ -116,6 +116,12 @@ class DiagnosticBag:
 MAX_SHOWN = 120  # source characters shown around a caret
 # characters that move a terminal's cursor off the line (or are line breaks to Unicode): one column each
 _ONE_COLUMN = {ord(c): " " for c in "\f\v\r\x1c\x1d\x1e\x85\u2028\u2029"}
+# the other control characters (an escape sequence would clear or recolour the terminal) and the
+# bidirectional overrides (which reorder the line on screen): a visible U+FFFD, one column each
+# (was: printed raw under a header that escapes them; helper-4)
+_ONE_COLUMN.update({c: "\ufffd" for c in [*range(0x00, 0x09), *range(0x0e, 0x1c), 0x1f, *range(0x7f, 0x85),
+                                          *range(0x86, 0xa0), 0x061c, 0x200e, 0x200f, *range(0x202a, 0x202f),
+                                          *range(0x2066, 0x206a)]})
 
 
 def render(diag: Diagnostic, source: str | None) -> str:

@@ -220,6 +220,8 @@ def parse_bytes(text: str) -> float:
         v = float(t[:-1] if mult != 1 else t) * mult
     except ValueError:
         raise GdslError(f"--mem-per-rank: cannot read '{text}' (e.g. 4G, 512M)") from None
-    if not math.isfinite(v) or v < 1:   # '0.0001K' is less than a byte
+    if math.isnan(v) or v < 1:   # '0.0001K' is less than a byte
         raise GdslError(f"--mem-per-rank must be at least one byte, got '{text}'")
+    if not math.isfinite(v):   # 1e400 (was: 'must be at least one byte')
+        raise GdslError(f"--mem-per-rank is too large: '{text}' is beyond float's range")
     return v

@@ -493,6 +493,7 @@ def test_partition_specs_are_parsed_strictly(spec, message):
 @pytest.mark.parametrize("argv,message", [
     (("plan", "--np", "4", "--mem-per-rank", "4X"), "--mem-per-rank: cannot read '4X'"),     # was exit 1
     (("plan", "--np", "4", "--mem-per-rank", "0.0001K"), "--mem-per-rank must be at least one byte"),
+    (("plan", "--np", "4", "--mem-per-rank", "1e400"), "--mem-per-rank is too large: '1e400'"),
     (("plan", "--np", "4", "--dims", ","), "--dims: empty"),                                # was: ignored
     (("compile", "--dump-dir", ""), "--dump-dir: empty"),
     (("compile", "--data", ""), "--data: empty (give a .npz file or a builtin name"),     # was: ignored
@@ -506,6 +507,10 @@ def test_partition_specs_are_parsed_strictly(spec, message):
     # was: N=5 planned with Cora's 13264 edges (and its METIS partitions)
     (("plan", "--np", "2", "--data", "cora", "--dims", "N=5"), "--dims N: the graph of --data has N = 2708"),
     (("plan", "--np", "2", "--data", "cora", "--dims", "E=9"), "--dims E: the graph of --data has E = "),
+    # was: 'internal compiler error: integer division result too large for a float' (helper-4)
+    (("plan", "--np", "2", "--dims", "N=" + "9" * 400 + ",E=5,F=16,C=7"), "--dims: N is too large: 999"),
+    (("plan", "--np", "2", "--dims", "N=5,E=2199023255553,F=16,C=7"), "--dims: E is too large: 2199023255553 (at most 2**40)"),
+    (("run", "--np", "2", "--delay", "9" * 30), "argument --delay: at most 2147483647 epochs"),
 ])
 def test_malformed_planning_options_are_usage_errors(capsys, argv, message):
     with pytest.raises(SystemExit) as e:

@@ -104,3 +104,22 @@ def test_lines_are_counted_at_newlines_only_as_the_parser_counts_them():
         assert lines == ["<input>:4:16: error: unknown function 'gelu'",
                          "   4 |     return X + gelu(X)",
                          "     |                ^^^^"], (repr(sep), lines)
+
+
+def test_control_and_bidi_characters_are_not_printed_raw_under_the_header():
+    """An escape sequence in the source line would clear or recolour the
+    user's terminal, a right-to-left override reorder the line: each is shown
+    as one U+FFFD, the caret still under its column (helper-4)."""
+    import gdsl
+    for bad in ("\x1b[2J\x1b[31m", "\u202e", "\x07", "\x9b"):
+        src = f"graph G (self_loops)\ninput X : vertex f32[F]\nmodel M {{\n    {bad}return X\n}}\n"
+        try:
+            gdsl.compile(src)
+        except CompileError as e:
+            lines = render_all(e).splitlines()
+        else:
+            raise AssertionError("compiled")
+        shown = bad.translate({ord(c): "\ufffd" for c in "\x1b\u202e\x07\x9b"})
+        assert lines[1] == f"   4 |     {shown}return X", (repr(bad), lines)
+        assert lines[2] == "     |     ^", (repr(bad), lines)
+        assert not any(c in "\x1b\u202e\x07\x9b" for c in "\n".join(lines[1:])), lines

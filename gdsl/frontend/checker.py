@@ -76,6 +76,9 @@ class CheckedProgram:
 ENDPOINTS = {"src": "source", "dst": "destination"}
 
 
+MAX_DELAY = 2 ** 31 - 1   # cd-r's r, in epochs (a run refuses any r beyond its epochs)
+
+
 def _finite(v: float | int) -> bool:
     """A finite float, or an integer within float's range (a 400-digit literal
     is an int here: math.isfinite raised OverflowError on it, an internal error)."""
@@ -557,6 +560,9 @@ class Checker:
         v = _number(e)
         if not isinstance(v, int) or v < 0:
             self.diags.error(e.span, "delay is a non-negative integer number of epochs, or none")
+            return None
+        if v > MAX_DELAY:   # the cost model's float arithmetic (was: a 400-digit delay, an internal error)
+            self.diags.error(e.span, f"delay is at most {MAX_DELAY} epochs")
             return None
         return v
 

@@ -1091,9 +1091,9 @@ def _fmt(v) -> str:
         return sympy.sstr(v)
     if isinstance(x, float) and x.is_integer() and abs(x) < 1e16:
         return f"{x:.1f}"
-    if isinstance(x, int) and abs(x) >= 10 ** 16:   # a 400-digit literal: f"{x:g}" raised OverflowError
-        digits = str(abs(x))
-        return f"{'-' if x < 0 else ''}{digits[0]}.{digits[1:6]}e+{len(digits) - 1}"
+    if isinstance(x, int):   # as written up to 30 digits (was: 1e+20 for 99999999999999999999)
+        digits = str(abs(x))   # beyond, 1.00000e+400 (f"{x:g}" raised OverflowError)
+        return str(x) if len(digits) <= 30 else f"{'-' if x < 0 else ''}{digits[0]}.{digits[1:6]}e+{len(digits) - 1}"
     return f"{x:g}"
 
 
