@@ -146,46 +146,31 @@ def _declined_hints(checked: CheckedProgram, declined: dict[str, str]) -> dict[s
 
 
 def _unapplied_reorders(asked: dict[str, tuple[Span, str]], module: Module,
-                        declined: dict[str, str] | None = None) -> list[Diagnostic]:
+                        declined: dict[str, str] | None = None,
+                        other_readers: dict[str, str] | None = None) -> list[Diagnostic]:
     """An error for each reorder asked for that the order pass did not carry
     out (was: accepted, and the layer silently ran sparse-first). The pass
     rewrites one form (passes/order.py): the aggregation of one endpoint
     tensor times a graph constant. fold-edge-constants brings sums of such
     products of one tensor to it (`x * c1 + x / c2 - x`); a linear message
     it cannot (terms of `x` and `-x`) is refused."""
-    done = {op.attrs.get("scope") for op in module.main.ops if op.attrs.get("order_by") == "hint"}
+    other_readers = other_readers or {}   # scope -> where an `A X` of the handled form is read besides its `@`
+    # (one `@` of a call reordered and another not is no reorder carried out: was accepted, helper-5)
+    done = {op.attrs.get("scope") for op in module.main.ops if op.attrs.get("order_by") == "hint"} - set(other_readers)
     why = ("the order pass reorders an aggregation whose message is one endpoint tensor times a graph constant "
            "(`src.h * rsqrt(src.degree * dst.degree)`, or a sum of such terms of one tensor, "
            "`src.h / dst.degree + src.h * 0.5`), and this one's message does not fold to that "
            "form; write the message as one product, or leave the order to the compiler")
     declined = declined or {}   # the order pass's own reason (a shared aggregation)
-    return [Diagnostic(span, f"{what}: {declined.get(scope) or _other_reader(module, scope) or why}")
-            for scope, (span, what) in asked.items() if scope not in done]
-
-
-def _other_reader(module: Module, scope: str) -> str | None:
-    """The reason a call's aggregation of the handled form was not reordered
-    when the form is there but something besides its `@` reads the
-    aggregation (`apply z = a * 2`, `dst.a` in a scatter, the layer's
-    result): `A X W` cannot become `A (X W)` while `A X` itself is used (was:
-    "this one's message does not fold to that form", wrong for a message
-    that does)."""
-    from gdsl.passes.order import Order
-    f = module.main
-    users = f.uses()
-    for t in f.ops:
-        if t.attrs.get("scope") != scope or (form := Order.match(t, lambda v, op: True)) is None:
-            continue
-        agg, scale = form
-        chain = [(agg.result, scale or t)] + ([(scale.result, t)] if scale is not None else [])
-        for v, next_op in chain:
-            others = [u for u in users.get(v, []) if u is not next_op]
-            if others or v in f.results:
-                where = f"at line {others[0].span.line}" if others and others[0].span.line > 0 else "as a result"
-                return (f"its aggregation (`A X`, before the `@`) is also read {where}, and dense-first computes "
-                        "A (X W) without it; read the aggregation only in the `@`, or leave the order to the "
-                        "compiler")
-    return None
+    def reason(scope: str) -> str:
+        if scope in declined:
+            return declined[scope]
+        if scope in other_readers:
+            return (f"its aggregation (`A X`, before the `@`) is also read {other_readers[scope]}, and dense-first "
+                    "computes A (X W) without it; read the aggregation only in the `@`, or leave the order to the "
+                    "compiler")
+        return why
+    return [Diagnostic(span, f"{what}: {reason(scope)}") for scope, (span, what) in asked.items() if scope not in done]
 
 
 def _partition_hint_errors(checked: CheckedProgram, module: Module, ranks: int | None = None) -> list[Diagnostic]:
@@ -272,7 +257,7 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
                                                  and ran.index(stop_after) >= ran.index("order")):
         declined = ctx.options.get("order_declined") or {}
         asked = {**_declined_hints(checked, declined), **asked}
-        if errors := _unapplied_reorders(asked, module, declined):
+        if errors := _unapplied_reorders(asked, module, declined, ctx.options.get("order_other_readers") or {}):
             raise CompileError(errors, source)
     if stop_after is None and "fuse" in ran:
         if errors := _partition_hint_errors(checked, module, ranks):

@@ -184,6 +184,39 @@ def test_a_dense_first_hint_names_the_other_reader_of_the_aggregation(tmp_path):
     assert "write the message as one product" not in err
 
 
+@pytest.mark.parametrize("reader", ["apply     z = x1 * 2\n    scatter   m2 = src.z * c\n",
+                                    "scatter   m2 = src.x1 * c\n"])
+def test_a_dense_first_hint_on_a_layer_of_two_aggregations_is_carried_out_for_both_or_refused(reader, tmp_path):
+    """`x1 @ W1 + x2 @ W2` where x1 is also read elsewhere: x2 is reordered,
+    x1 cannot be. Was: accepted with no word, x1 left sparse-first and no
+    order attribute on it, as the reordered x2 counted as the hint carried
+    out (helper-5's TAGConv with `order TAGConv#1 = dense_first`)."""
+    text = (
+        "graph G (symmetric)\ninput X : vertex f32[F]\ninput Y : vertex label[C]\nmask train\n\n"
+        "layer L[dout](h: [din]) -> [dout] {\n"
+        "    param W1 : f32[din, dout] = glorot\n    param W2 : f32[din, dout] = glorot\n"
+        "    scatter   m1 = src.h * rsqrt(max(src.degree, 1) * max(dst.degree, 1))\n"
+        "    gather    x1 = sum(m1)\n"
+        f"    {reader}"
+        "    gather    x2 = sum(m2)\n"
+        "    transform o = x1 @ W1 + x2 @ W2\n    return o\n}\n\n"
+        "model M { return L[C](X) }\n\ntrain t { model = M; loss = cross_entropy(Y, mask = train) }\n"
+        "schedule { order L#1 = dense_first }\n").replace(
+        " * c\n", " * rsqrt(max(src.degree, 1) * max(dst.degree, 1))\n")
+    f = tmp_path / "p.gd"
+    f.write_text(text)
+    code, _, err = run_gdsl(["compile", str(f), "--data", "cora"])
+    line = 11 if reader.startswith("apply") else 12   # the gather that fusion made of `scatter m2 = src.x1 ...`
+    assert code == 1 and "order L#1 = dense_first cannot be carried out: its aggregation (`A X`, before the `@`) " \
+        f"is also read at line {line}" in err, err
+    # without the other reader both are reordered, by the hint
+    f.write_text(text.replace(reader.replace(" * c\n", " * rsqrt(max(src.degree, 1) * max(dst.degree, 1))\n"),
+                              "scatter   m2 = src.h * rsqrt(max(src.degree, 1) * max(dst.degree, 1))\n"))
+    code, out, err = run_gdsl(["compile", str(f), "--data", "cora", "--emit", "ir-opt"])
+    assert code == 0, err
+    assert out.count("order=dense_first") == 2 and out.count("order_by=hint") == 2, out
+
+
 @pytest.mark.parametrize("schedule,where,what", [
     ("    order L#1 = dense_first\n", "19:17", "order L#1 = dense_first cannot be carried out: the order pass"),
     ("    order L#2 = sparse_first(backward = sparse_first)\n", "19:17",

@@ -95,6 +95,12 @@ class Order:
         for t in f.ops:
             form = self.match(t, only, shared)
             if form is None:
+                if t.attrs.get("scope") and (loose := self.match(t, lambda v, op: True)) is not None:
+                    # the form, but its `A X` (or scaled A X) is read besides this `@`: it stays in place
+                    # whatever the hint (compiler.py refuses a reorder asked of it, naming that reader,
+                    # also when another `@` of the call was reordered; was: accepted, helper-5)
+                    ctx.options.setdefault("order_other_readers", {}).setdefault(
+                        t.attrs["scope"], _other_reader_where(f, users, t, *loose))
                 continue
             agg, scale = form
             is_shared = shared(agg.result, t)
@@ -225,6 +231,18 @@ class Order:
         out_agg = Op("aggregate", [y, *agg.operands[1:]], mid, attrs, agg.span)
         out_scale = Op("mul", [mid, scale.operands[1]], t.result, {**scale.attrs, **_partial(t)}, scale.span)
         return [mm, out_agg, out_scale]
+
+
+def _other_reader_where(f, users: dict, t: Op, agg: Op, scale: Op | None) -> str:
+    """Where the aggregation before `t` (or its per-vertex scale) is read
+    besides `t`: "at line L" of that reader, or "as a result"."""
+    chain = [(agg.result, scale or t)] + ([(scale.result, t)] if scale is not None else [])
+    for v, next_op in chain:
+        others = [u for u in users.get(v, []) if u is not next_op]
+        if others or v in f.results:
+            lines = [u.span.line for u in others if u.span.line > 0]
+            return f"at line {min(lines)}" if lines else "as a result"
+    return "elsewhere"
 
 
 def _widths(t: Op) -> tuple[sympy.Expr, sympy.Expr]:
