@@ -656,7 +656,7 @@ def test_file_that_does_not_exist(tmp_path, capsys):
 def test_unknown_override_from_command_line(tmp_path, capsys):
     err, errors = compile_errors(tmp_path, capsys, (PROGRAMS / "gcn.gd").read_text(), "--set", "hiden=3")
     assert (errors[0]["line"], errors[0]["col"]) == ("18", "1")
-    assert "GCN has no static argument 'hiden' to override" in errors[0]["msg"]
+    assert "GCN has no static argument 'hiden' to override (it has: hidden, p)" in errors[0]["msg"]
 
 
 # ---- several errors ----------------------------------------------------------

@@ -2,6 +2,7 @@
 defaults and the seed (mutation audit: none of these was pinned exactly)."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -134,3 +135,20 @@ def test_the_summary_line_gives_the_first_epoch_apart():
     from gdsl.runtime.trainer import epoch_time_text
     assert epoch_time_text(0.1328, 0.3791, 0.0096) == "mean epoch 132.8 ms (first 379.1 ms, later 9.6 ms)"
     assert epoch_time_text(0.3305) == "mean epoch 330.5 ms"   # one epoch: nothing to split
+
+
+def test_counts_summed_over_ranks_give_the_accuracy_one_process_gives():
+    """Ranks sum correct counts and totals; `share` turns them into the
+    float32 mean `accuracy` computes (was: the float64 quotient, off in the
+    8th digit: 0.7559999891519547 against 0.7559999823570251; helper-5)."""
+    from gdsl.runtime.trainer import correct_count, share
+    gen = torch.Generator().manual_seed(0)
+    for n in (1, 3, 7, 500, 1000, 1708):
+        labels = torch.randint(0, 3, (n,), generator=gen)
+        out = torch.randn(n, 3, generator=gen)
+        c = correct_count(out, labels, None)
+        assert share(c, n) == accuracy(out, labels, None)
+        half = torch.arange(n) % 2 == 0   # two "ranks"
+        assert share(correct_count(out, labels, half) + correct_count(out, labels, ~half), n) == accuracy(out, labels, None)
+    assert share(378, 500) == 0.7559999823570251
+    assert math.isnan(share(0, 0))

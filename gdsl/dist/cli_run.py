@@ -103,7 +103,11 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
                         f" (the model's fastest, {pl.choice.best.name}, cannot run this program yet)"
                     if delay != 0 and spec.strategy != "vertex_cut":
                         note += f"; delay = {delay} applies to vertex_cut only, so this plan is exact"
-                    print(f"gdsl: partition = auto: the cost model chose {cand.name}{note}", file=sys.stderr)
+                    # the model's name (edge_cut(S=145): S halo rows) and the plan the ranks run under it (was:
+                    # two names of one plan on two lines; helper-5)
+                    ran = spec.describe()
+                    runs = "" if ran.split(" ")[0] == cand.name else f", run as {ran}"
+                    print(f"gdsl: partition = auto: the cost model chose {cand.name}{runs}{note}", file=sys.stderr)
                 return spec
             raise GdslError("partition = auto: no executable plan fits; name one with --partition")
     try:

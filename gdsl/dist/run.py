@@ -117,19 +117,16 @@ def write_partition(prog, graph, spec, P: int, out: str | Path) -> dict:
 
 def _metrics(model, out, names: list[str]) -> dict[str, float]:
     """Global accuracy per mask: correct and total counts summed over ranks."""
-    from gdsl.runtime.trainer import accuracy, binary_logit
+    from gdsl.runtime.trainer import binary_logit, correct_count, share
     vals = []
     binary = binary_logit(model)
     labels = model.graph.labels
     for m in names:
         mask = model.graph.masks.get(m) if m else None
         rows = model.counted if mask is None else (mask & model.counted)
-        cnt = int(rows.sum())
-        acc = accuracy(out, labels, rows, binary) if cnt else 0.0
-        vals += [acc * cnt, cnt]
+        vals += [correct_count(out, labels, rows, binary), int(rows.sum())]
     tot = model.comm.allreduce_scalars(vals)
-    return {f"{m or 'all'}_acc": (tot[2 * i] / tot[2 * i + 1] if tot[2 * i + 1] else float("nan"))
-            for i, m in enumerate(names)}
+    return {f"{m or 'all'}_acc": share(round(tot[2 * i]), round(tot[2 * i + 1])) for i, m in enumerate(names)}
 
 
 CHECKPOINT_FORMAT = "gdsl-checkpoint-1"

@@ -224,8 +224,8 @@ def _check_supported_op(s: str, op: Op, where: str) -> None:
         if n == "aggregate":
             if op.attrs["msg"] not in ("copy_src", "mul") or op.attrs["to"] != "dst":
                 raise GdslError(f"partition = redistribute cannot run {where}: not an SpMM (its message is "
-                                f"{op.attrs['msg']} over edges to {op.attrs['to']}; RDM runs a sum of src.x, "
-                                "optionally times a graph constant, over in-edges); use rows")
+                                f"{op.attrs['msg']} over edges to {op.attrs['to']}; RDM runs a sum, max or min "
+                                "of src.x, optionally times a graph constant, over in-edges); use rows")
             if op.attrs["msg"] == "mul" and (op.operands[1].owner is None
                                              or op.operands[1].owner.name != "edge_const"):
                 raise GdslError(f"partition = redistribute cannot run {where}: the edge factor must be "

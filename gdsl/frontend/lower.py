@@ -502,7 +502,8 @@ class Lowerer:
             given[k] = self.static(kw.value, env)
         for k, v in (overrides or {}).items():
             if k not in names:
-                self.error(span, f"{name} has no static argument '{k}' to override")
+                self.error(span, f"{name} has no static argument '{k}' to override"
+                           + (f" (it has: {', '.join(names)})" if names else " (it has none)"))
             if isinstance(v, bool) or not isinstance(v, (int, float)):   # never sympify a string: it runs code
                 raise TypeError(f"static override {k}={v!r}: a number (int or float) is needed")
             given[k] = sympy.Integer(v) if isinstance(v, int) else sympy.Float(v)
