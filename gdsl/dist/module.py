@@ -735,15 +735,16 @@ def keep_mask_rows(n: int, rest: tuple, gen: torch.Generator, p: float, rows: to
     out = torch.empty((rows.shape[0],) + rest, dtype=dtype)
     if rows.shape[0] == 0:
         return out
-    keep = torch.empty((step,) + rest, dtype=dtype)
     for s in range(0, int(srt[-1]) + 1, step):
         e = min(n, s + step)
-        torch.ge(buf[: e - s].uniform_(generator=gen), p, out=keep[: e - s])
+        block = buf[: e - s].uniform_(generator=gen)   # every row drawn: the stream runs through them
         a, b = int(torch.searchsorted(srt, s)), int(torch.searchsorted(srt, e))
         if a == b:
             continue
+        # compared on my rows only (was: the whole block, then my rows picked: P times the comparisons)
+        mine = block.index_select(0, srt[a:b] - s)
         if ordered:
-            torch.index_select(keep, 0, srt[a:b] - s, out=out[a:b])
+            torch.ge(mine, p, out=out[a:b])
         else:
-            out[order[a:b]] = keep.index_select(0, srt[a:b] - s)
+            out[order[a:b]] = mine >= p if dtype == torch.bool else (mine >= p).to(dtype)
     return out
