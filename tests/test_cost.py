@@ -308,3 +308,11 @@ def test_cost_record_sums_phases():
     # GEMMs with every size 1: forward 2 + 2, backward Y^2 + G^1 (4) and Y^1 only (no G^0): 10 flops.
     flops = evaluate(cost.flops, {"N": 1, "E": 0, "f_in": 1, "f_h": 1, "f_out": 1, "P": 1})
     assert math.isclose(float(flops), 10)
+
+
+def test_a_problem_takes_sizes_by_name():
+    """Problem(widths=("F", "H", "C")) is the symbols' problem (was: a raw TypeError; helper-6)."""
+    from gdsl.cost import symbols as sy
+    from gdsl.cost.strategies import Problem, rows
+    assert rows(Problem(widths=("F", "H", "C"))).describe() == rows(Problem(widths=(sy.F, sy.H, sy.C))).describe()
+    assert Problem(N="N", F="F").N == sy.N

@@ -107,6 +107,16 @@ class Problem:
     P: Expr = sy.P
     widths: tuple | None = field(default=None)
 
+    def __post_init__(self) -> None:
+        # a size given by name ("F", or widths=("F", "H", "C")) is the symbol of that name, as the IR
+        # names its dims (was: a raw TypeError deep in the cost formulas; helper-6)
+        def sym(v):
+            return sympy.Symbol(v) if isinstance(v, str) else v
+        for name in ("N", "E", "F", "H", "C", "L", "P"):
+            object.__setattr__(self, name, sym(getattr(self, name)))
+        if self.widths is not None:
+            object.__setattr__(self, "widths", tuple(sym(w) for w in self.widths))
+
     @property
     def symbolic_depth(self) -> bool:
         return self.widths is None and not is_num(self.L)
