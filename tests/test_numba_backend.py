@@ -111,6 +111,7 @@ def test_fused_chains_equal_reference_in_training_mode(name):
     ref = prog.module(g, backend="reference")
     nb = prog.module(g, backend="numba")
     nb.load_state_dict(ref.state_dict())
+    nb.dropout_seed = ref.dropout_seed   # each module draws its own (as two nn.Dropout): the same masks
     plan = nb.fusion_plan()
     assert any("one epilogue pass" in line for line in plan), plan
     ref.train()
@@ -135,6 +136,7 @@ def test_fusion_plan_and_unfused_module_agree():
     from gdsl.backends.numba.module import NumbaModule
     plain = NumbaModule(fused.ir, fused.graph, fuse=False)
     plain.load_state_dict(fused.state_dict())
+    plain.dropout_seed = fused.dropout_seed
     assert not plain.fusion_plan()
     assert any("row scale in the aggregation epilogue" in line for line in fused.fusion_plan())
     fused.train()
@@ -152,6 +154,7 @@ def test_dropout_falls_back_when_masks_differ(monkeypatch):
     ref = prog.module(g, backend="reference")
     nb = prog.module(g, backend="numba")
     nb.load_state_dict(ref.state_dict())
+    nb.dropout_seed = ref.dropout_seed
     odd = lambda self, op, x, gen, p: torch.rand(x.shape, generator=gen) < 1 - p  # noqa: E731
     monkeypatch.setattr(type(ref), "dropout_keep", odd)
     monkeypatch.setattr(NumbaModule, "dropout_keep", odd)

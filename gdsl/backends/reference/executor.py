@@ -34,6 +34,11 @@ _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.di
            "max": torch.maximum, "min": torch.minimum}
 
 
+def _draw_seed() -> int:
+    """A module's default dropout seed: one number from torch's global generator."""
+    return int(torch.randint(2 ** 62, (), dtype=torch.int64).item())
+
+
 def init_param(shape: tuple[int, ...], init: str, gen: torch.Generator | None = None) -> torch.Tensor:
     """Initialise a param. glorot: U(-a, a), a = sqrt(6 / (fan_in + fan_out)) with
     fan_in = shape[0] and fan_out = prod(shape[1:]) (PyG's convention for
@@ -261,10 +266,13 @@ class ReferenceModule(nn.Module):
         global generator (so every backend and every rank draws the same values)."""
         self._param_names: list[str] = []
         self._param_shapes: dict[str, tuple[int, ...]] = {}
-        # the masks' seed: the one torch.manual_seed last set, so `torch.manual_seed(s); m = prog.module(g)`
-        # varies the masks with s as it does the params (was 0 for every module: a loop over seeds drew
-        # one set of masks; helper-69). gdsl.train / gdsl run set it to their seed.
-        self._seed_value, self.step, self._mask_step = torch.initial_seed() % (2 ** 63), 0, 0
+        # the masks' seed: drawn from torch's global generator after the params (below), so
+        # `torch.manual_seed(s); m = prog.module(g)` varies the masks with s as it does the params (was 0 for
+        # every module: a loop over seeds drew one set of masks; helper-69), and two modules built one after
+        # the other draw different masks, as two nn.Dropout do (was torch.initial_seed(): an ensemble, a
+        # deep copy re-initialised, two towers, even two programs shared every mask; helper-7).
+        # gdsl.train / gdsl run set it to their seed.
+        self.step, self._mask_step = 0, 0
         self._step_of_draw: dict[int, int] = {}   # count_step
         self._op_index = {op: i for i, op in enumerate(module.main.ops)}   # mask_seed's op keys
         drops = [op for op in module.main.ops if op.name == "dropout"]
@@ -285,20 +293,22 @@ class ReferenceModule(nn.Module):
                 holder.register_parameter(pname, p)
                 self._param_names.append(op.attrs["name"])
                 self._param_shapes[op.attrs["name"]] = shape
+        self._seed_value = _draw_seed()
 
     def reset_parameters(self) -> None:
         """Initialise every param again, in place, as the constructor did:
         each with its program init, in program order, from torch's global
         generator (`torch.manual_seed(s); model.reset_parameters()` gives
         the values a module built after `torch.manual_seed(s)` has). The
-        dropout seed is taken again from torch.initial_seed() and the step
-        counter starts again too (see `count_step`)."""
+        dropout seed is drawn again from that generator, after the params, as
+        the constructor draws it, and the step counter starts again too (see
+        `count_step`)."""
         with torch.no_grad():
             for op in self.ir.main.ops:
                 if op.name == "param":
                     p = self.param(op.attrs["name"])
                     p.copy_(init_param(tuple(p.shape), op.attrs["init"]))
-        self._seed_value, self.step, self._mask_step = torch.initial_seed() % (2 ** 63), 0, 0
+        self._seed_value, self.step, self._mask_step = _draw_seed(), 0, 0
         self._step_of_draw.clear()
 
     def param(self, name: str) -> torch.Tensor:
