@@ -788,3 +788,23 @@ def test_a_graph_without_features_binds_with_their_widths_and_takes_x_at_each_ca
         m()
     with pytest.raises(GdslError, match=r"needs vertex features, but the graph has none \(or give its widths"):
         prog.module(g, backend=backend)
+
+
+def test_vmap_in_training_mode_asks_for_randomness_same():
+    """torch.func's ensembling recipe with dropout: randomness='different'
+    is a GdslError saying what works (was torch's raw 'vmap: ... .item()'
+    error; helper-7); randomness='same' runs, every member on the step's masks."""
+    from torch.func import functional_call, stack_module_state, vmap
+    g = random_graph(n=20, e=60, f=5, c=3)
+    prog = gdsl.compile(GCN, hidden=4)
+    torch.manual_seed(0)
+    models = [prog.module(g, backend="reference").train() for _ in range(2)]
+    params, buffers = stack_module_state(models)
+    base = copy.deepcopy(models[0])
+
+    def f(p, b, x):
+        return functional_call(base, (p, b), (x,))
+    with pytest.raises(GdslError, match="needs randomness='same'"):
+        vmap(f, in_dims=(0, 0, None), randomness="different")(params, buffers, g.features)
+    out = vmap(f, in_dims=(0, 0, None), randomness="same")(params, buffers, g.features)
+    assert out.shape == (2, 20, 3) and torch.isfinite(out).all()

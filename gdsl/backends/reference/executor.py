@@ -852,7 +852,15 @@ class ReferenceModule(nn.Module):
         if not self.training:
             return
         if self._draws_masks:
-            draw = int(torch.randint(2 ** 62, (), dtype=torch.int64).item())
+            try:
+                draw = int(torch.randint(2 ** 62, (), dtype=torch.int64).item())
+            except RuntimeError as e:
+                if "vmap" not in str(e):
+                    raise
+                # (was torch's raw "vmap: It looks like you're calling .item()"; helper-7)
+                raise GdslError("a train-mode forward under torch.func.vmap needs randomness='same' (a module's "
+                                "dropout masks are one per training step, shared by the batch; "
+                                "randomness='different' would draw one per element), or model.eval()") from None
             known = self._step_of_draw.get(draw)
             if known is not None:
                 self._mask_step = known
