@@ -381,6 +381,24 @@ def _signal_run(tmp_path, sig, stop_a_rank=False, extra=(), again=None):
         raise
 
 
+def _foreign_launch_then_signal(tmp_path, args: list[str], marker: str, sig, env: dict | None = None):
+    """`mpiexec -n 2 gdsl run GCN ARGS` (a foreign launcher): `sig` to mpiexec
+    once a line holding `marker` is printed; (exit status, output)."""
+    p = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "gdsl.cli", "run", GCN, *args],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path, env=_env(env),
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 120
+        while marker not in (p.stdout.readline() or "") and time.monotonic() < deadline:
+            assert p.poll() is None
+        p.send_signal(sig)
+        out, _ = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    return p.returncode, out
+
+
 def _what(sig) -> str:
     return "interrupted" if sig == signal.SIGINT else f"terminated ({signal.Signals(sig).name})"
 
@@ -588,20 +606,10 @@ def test_ranks_of_a_foreign_launcher_stop_after_their_epoch_on_its_signal(tmp_pa
     under gdsl's own launcher, and exit 128 + 15 (was: killed, nothing
     written)."""
     js, ck = tmp_path / "r.json", tmp_path / "ck"
-    p = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "gdsl.cli", "run", GCN, "--partition", "rows",
-                          "--epochs", "3000", "--log-every", "1", "--json", str(js), "--checkpoint", str(ck),
-                          "--checkpoint-every", "1000"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         env=_env(), cwd=tmp_path)
-    try:
-        deadline = time.monotonic() + 120
-        while "epoch    2/3000" not in (p.stdout.readline() or "") and time.monotonic() < deadline:
-            assert p.poll() is None
-        p.send_signal(signal.SIGTERM)
-        out, _ = p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-    assert p.returncode == 128 + signal.SIGTERM, out[-3000:]
+    rc, out = _foreign_launch_then_signal(
+        tmp_path, ["--partition", "rows", "--epochs", "3000", "--log-every", "1", "--json", str(js),
+                   "--checkpoint", str(ck), "--checkpoint-every", "1000"], "epoch    2/3000", signal.SIGTERM)
+    assert rc == 128 + signal.SIGTERM, out[-3000:]
     m = re.search(rf"gdsl: terminated \(SIGTERM\) after (\d+) epochs; {re.escape(str(ck))} holds the checkpoint after "
                   r"epoch (\d+)", out)
     assert m and m.group(1) == m.group(2), out[-3000:]
@@ -617,21 +625,10 @@ def test_a_foreign_launchers_signal_while_rank_0_partitions_never_hangs(tmp_path
     KeyboardInterrupt on rank 0 alone, the others busy-waiting in its bcast
     for ever (helper-3). The first signal is now the stop after an epoch."""
     js = tmp_path / "r.json"
-    p = subprocess.Popen([MPIEXEC, "-n", "2", sys.executable, "-m", "gdsl.cli", "run", GCN, "--partition",
-                          "vertex_cut", "--epochs", "50", "--json", str(js)],
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path,
-                         env=_env({"GDSL_TEST_HOLD_PARTITION": "3"}),
-                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        deadline = time.monotonic() + 120
-        while "gdsl-test: partitioning" not in (p.stdout.readline() or "") and time.monotonic() < deadline:
-            assert p.poll() is None
-        p.send_signal(signal.SIGINT)
-        out, _ = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            p.kill()
-    assert p.returncode == 130, out[-3000:]
+    rc, out = _foreign_launch_then_signal(
+        tmp_path, ["--partition", "vertex_cut", "--epochs", "50", "--json", str(js)], "gdsl-test: partitioning",
+        signal.SIGINT, env={"GDSL_TEST_HOLD_PARTITION": "3"})
+    assert rc == 130, out[-3000:]
     assert "gdsl: interrupted after 1 epoch" in out and "Traceback" not in out and "error" not in out, out[-3000:]
     assert json.loads(js.read_text())["interrupted"] is True
 
