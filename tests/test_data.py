@@ -153,7 +153,7 @@ BROKEN = {
                  ("'train_mask'", "bool (or 0/1 integers)", "int64", "values other than 0 and 1")),
     "mask_short": (lambda d: _edit(val_mask=d["val_mask"][:3])(d), ("'val_mask'", "[3]", "[5]")),
     "mask_2d": (lambda d: _edit(test_mask=d["test_mask"][None])(d), ("'test_mask'",)),
-    "edge_data_short": (_edit(edge_w=np.ones(3, np.float32)), ("edge data 'w'", "3", "10")),
+    "edge_data_short": (_edit(edge_w=np.ones(3, np.float32)), ("array 'edge_w'", "3", "10")),
     "edge_data_nan": (_edit(edge_w=np.array([1, 1, 1, np.nan, 1, 1, 1, 1, 1, 1], np.float32)), ("'w'", "NaN")),
     "edge_data_str": (_edit(edge_w=np.array(["x"] * 10)), ("'edge_w'", "numeric")),
 }

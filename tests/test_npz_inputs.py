@@ -74,7 +74,7 @@ def test_integer_masks_are_taken_when_0_or_1(tmp_path):
 
 def test_node_arrays_are_checked(tmp_path):
     z = dict(np.load(vertex_target_npz()))
-    for bad, msg in ((z["node_T"][:-1], r"vertex data 'T' must have one row per vertex \(2708\), got shape \[2707, 2\]"),
+    for bad, msg in ((z["node_T"][:-1], r"array 'node_T' must have one row per vertex \(2708\), got shape \[2707, 2\]"),
                      (np.array(1.0), r"array 'node_T' must have one row per vertex, got a scalar"),
                      (np.array(["a"] * 2708), r"array 'node_T' must be numeric, got dtype <U1")):
         np.savez(tmp_path / "bad.npz", **{**z, "node_T": bad})

@@ -7,7 +7,9 @@ tensors are torch tensors: `src`, `dst` int64 [E]; `features` float32
 """
 from __future__ import annotations
 
+import functools
 import numbers
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -83,18 +85,23 @@ class Graph:
     def from_edges(cls, src, dst, num_nodes: int | None = None, *, features=None, labels=None,
                    train_mask=None, val_mask=None, test_mask=None, masks: dict | None = None,
                    edata: dict | None = None, ndata: dict | None = None, name: str = "graph",
-                   where: str = "graph") -> "Graph":
+                   where: str = "graph", copy: bool = True) -> "Graph":
         """Build a graph from edge lists (numpy arrays, lists or tensors); validated.
         `edata` / `ndata`: per-edge / per-vertex data by name, read by the
-        program's edge inputs and its vertex inputs after the first."""
+        program's edge inputs and its vertex inputs after the first.
+        The graph holds its own copies of the given arrays; `copy=False` lets
+        it share those already of its dtype (as `torch.from_numpy` does): no
+        second copy of a large feature matrix, but changes to one are seen
+        by the other."""
         for what, x in (("src", src), ("dst", dst)):
             if x is None:   # (was: "dst: object arrays are not accepted", for PyG's from_edges(edge_index, None))
                 raise GdslError(f"{where}: {what} is None: from_edges(src, dst, ...) takes the two endpoint arrays; "
                                 "for a PyG edge_index [2, E] write from_edges(edge_index[0], edge_index[1], ...) "
                                 "or use Graph.from_pyg(data)")
-        src_t = _as_tensor(src, torch.int64, "src", ids=True)
-        dst_t = _as_tensor(dst, torch.int64, "dst", ids=True)
-        feats = None if features is None else _as_tensor(features, torch.float32, "features", where=where)
+        own = functools.partial(_as_tensor, where=where, copy=copy)
+        src_t = own(src, torch.int64, "src", ids=True)
+        dst_t = own(dst, torch.int64, "dst", ids=True)
+        feats = None if features is None else own(features, torch.float32, "features")
         if num_nodes is None:
             num_nodes = feats.shape[0] if feats is not None else int(max(src_t.max(), dst_t.max())) + 1 if src_t.numel() else 0
         if isinstance(num_nodes, torch.Tensor) and num_nodes.ndim == 0 and num_nodes.dtype in _INT_DTYPES:
@@ -116,12 +123,13 @@ class Graph:
                     raise GdslError(f"{where}: the {k} mask is given twice, as masks['{k}'] and as {k}_mask")
                 all_masks[k] = v
         g = cls(src_t, dst_t, int(num_nodes), feats,
-                None if labels is None else _as_tensor(labels, torch.int64, "labels"),
-                {k: _as_tensor(v, torch.bool, f"{k} mask") for k, v in all_masks.items()},
-                {k: _as_tensor(v, torch.float32, f"edge data '{k}'", where=where) for k, v in (edata or {}).items()},
-                {k: _as_tensor(v, torch.float32, f"vertex data '{k}'", where=where) for k, v in (ndata or {}).items()},
+                None if labels is None else own(labels, torch.int64, "labels"),
+                {k: own(v, torch.bool, f"{k} mask") for k, v in all_masks.items()},
+                {k: own(v, torch.float32, f"edge data '{k}'") for k, v in (edata or {}).items()},
+                {k: own(v, torch.float32, f"vertex data '{k}'") for k, v in (ndata or {}).items()},
                 name=name)
         g.validate(where)
+        _warn_sparse_labels(g.labels, where)
         return g
 
     @classmethod
@@ -194,7 +202,7 @@ class Graph:
         if self.features is not None:
             if self.features.dim() != 2 or self.features.shape[0] != n:
                 raise GdslError(f"{where}: features must be [N={n}, F], got {list(self.features.shape)}")
-            if not torch.isfinite(self.features).all():
+            if not _all_finite(self.features):
                 bad = int((~torch.isfinite(self.features)).any(1).nonzero()[0])
                 raise GdslError(f"{where}: features contain NaN or inf (first at vertex {bad})")
         if self.labels is not None:
@@ -212,13 +220,13 @@ class Graph:
         for k, v in self.ndata.items():
             if v.dim() < 1 or v.shape[0] != n:
                 raise GdslError(f"{where}: vertex data '{k}' must have one row per vertex ({n}), got shape {list(v.shape)}")
-            if v.is_floating_point() and not torch.isfinite(v).all():   # where, as for the features (helper-3)
+            if v.is_floating_point() and not _all_finite(v):   # where, as for the features (helper-3)
                 bad = int((~torch.isfinite(v.reshape(n, -1) if n else v)).any(1).nonzero()[0, 0])
                 raise GdslError(f"{where}: vertex data '{k}' contains NaN or inf (first at vertex {bad})")
         for k, v in self.edata.items():
             if v.dim() < 1 or v.shape[0] != e:
                 raise GdslError(f"{where}: edge data '{k}' must have one row per edge ({e}), got shape {list(v.shape)}")
-            if not torch.isfinite(v).all():
+            if not _all_finite(v):
                 raise GdslError(f"{where}: edge data '{k}' contains NaN or inf")
 
     def _check_types(self, where: str) -> None:
@@ -298,6 +306,35 @@ class Graph:
         return torch.bincount(self.src, minlength=self.num_nodes).to(torch.float32)
 
 
+def _all_finite(t: torch.Tensor, chunk: int = 1 << 22) -> bool:
+    """torch.isfinite(t).all(), a block of rows at a time: no [N, F] bool
+    temporary beside a large feature matrix (helper-8: loading peaked at 4x
+    the data)."""
+    if not t.is_floating_point() and not t.is_complex():
+        return True
+    if t.dim() == 0 or t.numel() <= chunk:
+        return bool(torch.isfinite(t).all())
+    rows = max(1, chunk // max(1, t[0].numel()))
+    return all(bool(torch.isfinite(t[i:i + rows]).all()) for i in range(0, t.shape[0], rows))
+
+
+def _warn_sparse_labels(labels: torch.Tensor | None, where: str) -> None:
+    """C is the largest label + 1: one stray label (an id, a -1 written as
+    2**20) gives the model that many outputs, and the first sign was an
+    out-of-memory error naming neither the labels nor the file (helper-8)."""
+    if labels is None or labels.numel() == 0:
+        return
+    c = int(labels.max()) + 1
+    if c <= 2:
+        return
+    seen = int(torch.unique(labels).numel())
+    if 2 * seen <= c:
+        at = int((labels == c - 1).nonzero()[0])
+        warnings.warn(f"{where}: labels: C = {c:,} classes (the largest label + 1, {c - 1:,} at vertex {at}), but "
+                      f"only {seen:,} distinct labels occur: the model gets {c:,} outputs; relabel them compactly "
+                      "(np.unique(labels, return_inverse=True))", stacklevel=3)
+
+
 def _split_column(mask, split: int, what: str):
     """Column `split` of an [N, S] mask (PyG's layout of several splits)."""
     if isinstance(split, bool) or not isinstance(split, numbers.Integral) or split < 0:
@@ -320,21 +357,25 @@ def _first_occurrence(key: torch.Tensor):
 _INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
-def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str = "graph") -> torch.Tensor:
+def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str = "graph",
+               copy: bool = True) -> torch.Tensor:
     if isinstance(x, torch.Tensor):
         _check_dense(x, what, where)
         t = x.detach().cpu()
         borrowed = t.data_ptr() == x.data_ptr()
     elif ids and isinstance(x, (list, tuple)) and any(isinstance(v, bool) for v in x):
-        raise GdslError(f"{what}: expected integer ids, got booleans")
+        raise GdslError(f"{where}: {what}: expected integer ids, got booleans")
     else:
-        arr = np.asarray(x)
+        try:
+            arr = np.asarray(x)
+        except ValueError as e:   # a ragged list (was numpy's raw ValueError)
+            raise GdslError(f"{where}: {what}: not a rectangular array ({e})") from None
         if arr.dtype == object:
-            raise GdslError(f"{what}: object arrays are not accepted")
+            raise GdslError(f"{where}: {what}: object arrays are not accepted")
         if arr.size == 0 and arr.dtype == np.float64 and dtype != torch.float32:
             arr = arr.astype(np.int64)  # an empty list
         if arr.dtype.kind not in "biuf":
-            raise GdslError(f"{what}: expected numbers, got dtype {arr.dtype}")
+            raise GdslError(f"{where}: {what}: expected numbers, got dtype {arr.dtype}")
         if arr.dtype.kind == "f" and arr.dtype.itemsize > 8:   # longdouble: torch has none (was torch's TypeError)
             arr = arr.astype(np.float64)
         if not arr.dtype.isnative:   # big-endian data (HDF5, MATLAB, FITS): torch takes native order only
@@ -345,21 +386,21 @@ def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str =
     if dtype == torch.int64 and t.numel() == 0 and t.is_floating_point():
         t = t.long()   # torch.tensor([]) is float32: an empty edge list
     if t.dtype == torch.uint64 and bool((t.view(torch.int64) < 0).any()):   # would wrap to a negative id
-        raise GdslError(f"{what}: value {int(t.numpy().max())} does not fit in int64")
+        raise GdslError(f"{where}: {what}: value {int(t.numpy().max())} does not fit in int64")
     if t.is_complex() and dtype != torch.int64:
         # was: cast with torch's warning, dropping the imaginary part
         raise GdslError(f"{where}: {what} must be real numbers, got {t.dtype}")
-    if dtype == torch.int64 and (t.is_floating_point() or t.is_complex() or (ids and t.dtype == torch.bool)):
-        raise GdslError(f"{what}: expected integer ids, got {t.dtype}")
+    if dtype == torch.int64 and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool):
+        raise GdslError(f"{where}: {what}: expected integer {'ids' if ids else 'class ids'}, got {t.dtype}")
     if dtype == torch.bool and t.dtype != torch.bool:
         if t.is_floating_point() or not bool(((t == 0) | (t == 1)).all()):
             # (an integer mask of 0s and 1s is taken; say so: was "got torch.int64" for [2, 0, 3, 0])
-            raise GdslError(f"{what}: expected a boolean mask (bool, or integers 0/1), got {t.dtype}"
+            raise GdslError(f"{where}: {what}: expected a boolean mask (bool, or integers 0/1), got {t.dtype}"
                             + ("" if t.is_floating_point() else " with values other than 0 and 1"))
     if dtype == torch.float32 and t.dtype == torch.float64 and t.numel():
         _check_fits_float32(t, what, where)
     out = t.to(dtype)
-    if borrowed and out.data_ptr() == t.data_ptr() and out.numel():
+    if copy and borrowed and out.data_ptr() == t.data_ptr() and out.numel():
         out = out.clone()   # the graph's own copy (docs/cli.md): `graph.features.mul_(2)` left the caller's array alone
     return out
 

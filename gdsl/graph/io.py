@@ -71,10 +71,16 @@ def _check_declared_size(zf: zipfile.ZipFile, where: str, key: str) -> None:
         info = zf.getinfo(key + ".npy")
         with zf.open(info) as f:
             version = np.lib.format.read_magic(f)
+            if version not in ((1, 0), (2, 0), (3, 0)):
+                raise GdslError(f"{where}: array '{key}' is in .npy format version {version[0]}.{version[1]}; "
+                                "numpy writes and reads versions 1.0, 2.0 and 3.0")
             shape, _, dtype = (np.lib.format.read_array_header_1_0(f) if version == (1, 0)
                                else np.lib.format.read_array_header_2_0(f))
             header = f.tell()
-    except (KeyError, ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error):
+    except ValueError as e:   # numpy's header checks; its literal_eval's text names an ast object
+        detail = "" if "<ast." in str(e) else f": {e}"
+        raise GdslError(f"{where}: array '{key}' has a malformed .npy header{detail}") from None
+    except (KeyError, OSError, EOFError, zipfile.BadZipFile, zlib.error):
         return   # np.load reports these in its own words below
     if dtype.hasobject:
         return   # refused as pickled data below
@@ -82,8 +88,11 @@ def _check_declared_size(zf: zipfile.ZipFile, where: str, key: str) -> None:
     need = int(np.prod(shape, dtype=object)) * dtype.itemsize
     have = info.file_size - header
     if need > have:
-        raise GdslError(f"{where}: array '{key}' declares shape {list(shape)} of {dtype} ({fmt_bytes(need)}), but "
-                        f"the archive holds {fmt_bytes(max(have, 0))} of it: the file is corrupt or was cut short")
+        said, held = fmt_bytes(need), fmt_bytes(max(have, 0))
+        if said == held:   # (was: "(9.77 MiB), but the archive holds 9.77 MiB of it" for a row short)
+            said, held = f"{need:,} bytes", f"{max(have, 0):,} bytes"
+        raise GdslError(f"{where}: array '{key}' declares shape {list(shape)} of {dtype} ({said}), but "
+                        f"the archive holds {held} of it: the file is corrupt or was cut short")
     try:
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
@@ -91,6 +100,30 @@ def _check_declared_size(zf: zipfile.ZipFile, where: str, key: str) -> None:
     if need > memory:
         raise GdslError(f"{where}: array '{key}' of shape {list(shape)} needs {fmt_bytes(need)}, more than this "
                         f"machine's memory ({fmt_bytes(memory)})")
+
+
+_COMPRESSION = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2",
+                zipfile.ZIP_LZMA: "lzma"}
+
+
+def _some(names: list[str], most: int = 10) -> str:
+    """Names quoted, at most `most` of them (was: a 54 KB warning line for 5,000 arrays)."""
+    shown = ", ".join(repr(k) for k in names[:most])
+    return shown + (f" and {len(names) - most:,} more" if len(names) > most else "")
+
+
+def _check_members(zf: zipfile.ZipFile, where: str) -> None:
+    """Members Python's zipfile cannot read, named before np.load meets them
+    (was: an internal error, exit 3: "File ... is encrypted, password
+    required", "That compression method is not supported")."""
+    for info in zf.infolist():
+        if info.flag_bits & 0x1:
+            raise GdslError(f"{where}: member '{info.filename}' is encrypted; gdsl reads unencrypted .npz "
+                            "archives (numpy.savez writes one)")
+        if info.compress_type not in _COMPRESSION:
+            raise GdslError(f"{where}: member '{info.filename}' uses zip compression method {info.compress_type}, "
+                            f"which Python cannot read (it reads {', '.join(_COMPRESSION.values())}); write the file "
+                            "with numpy.savez or numpy.savez_compressed")
 
 
 def _maskish(a: np.ndarray) -> bool:
@@ -133,19 +166,32 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
         # named as typed: `nonexist/` is a path, not a name (was: "nonexist: no such file (the built-in ...)")
         typed = os.fspath(path) if path is not None else where
         hint = (f" (the built-in data sets are {' and '.join(BUILTIN)}; other data is a path to an .npz file)"
-                if os.sep not in typed and not typed.endswith(".npz") else "")
+                if os.sep not in typed and not typed.endswith(".npz") else
+                f" (the built-in data set is named {Path(typed).stem.lower()}, without a path or .npz)"
+                if Path(typed).stem.lower() in BUILTIN else "")
         raise GdslError(f"{typed}: no such file{hint}")
     if p.is_dir():
         raise GdslError(_is_a_directory(path, p))
     if not p.is_file():   # was: /dev/zero read as a pickle, a named pipe waited on forever
         raise GdslError(f"{where}: not a regular file (a device, pipe or socket), not an .npz file")
-    if p.is_file() and not zipfile.is_zipfile(p):
+    try:
         with open(p, "rb") as f:
             head = f.read(6)
+    except OSError as e:   # no permission (was: a raw PermissionError from load_graph)
+        raise GdslError(f"{where}: {(e.strerror or str(e)).lower()}") from None
+    if not head.startswith((b"PK\x03\x04", b"PK\x05\x06")) or not zipfile.is_zipfile(p):
+        # np.load picks the format by the first bytes: a .npy or a pickle with a zip appended is not
+        # read as a zip (was: a raw TypeError, or numpy's "if you trust the file ... allow_pickle=")
         what = ("a pickled Python object; gdsl never unpickles data" if head[:1] == b"\x80"
                 else "a single .npy array" if head == b"\x93NUMPY"
+                else "it has bytes before its zip archive (an .npz file starts with the archive)" if zipfile.is_zipfile(p)
                 else "not a zip archive (truncated, corrupt or another format)")
         raise GdslError(f"{where}: not an .npz file: {what}")
+    try:
+        with zipfile.ZipFile(p) as zf:
+            _check_members(zf, where)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as e:
+        raise GdslError(f"{where}: not a readable .npz file ({e})") from None
     try:
         with np.load(p, allow_pickle=False) as z:
             arrays = {}
@@ -154,9 +200,8 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
                 npy = set(z.zip.namelist())
                 other = [k for k in unknown if k + ".npy" not in npy]   # a readme.txt: not called an array
                 unknown = [k for k in unknown if k not in other]
-                what = [f"array{'s' if len(unknown) > 1 else ''} {', '.join(repr(k) for k in unknown)}"] * bool(unknown) \
-                    + [f"member{'s' if len(other) > 1 else ''} {', '.join(repr(k) for k in other)} "
-                       "(not a .npy array)"] * bool(other)
+                what = [f"array{'s' if len(unknown) > 1 else ''} {_some(unknown)}"] * bool(unknown) \
+                    + [f"member{'s' if len(other) > 1 else ''} {_some(other)} (not a .npy array)"] * bool(other)
                 warnings.warn(f"{where}: ignoring {' and '.join(what)} (not part of the .npz graph "
                               f"format: {', '.join(FORMAT)}, NAME_mask(s), edge_NAME, node_NAME)", stacklevel=2)
             for k in z.files:
@@ -175,7 +220,7 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
                     raise GdslError(f"{where}: member '{k}' of the archive is not a .npy array")
     except GdslError:
         raise
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError, zlib.error) as e:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, zlib.error, RuntimeError, NotImplementedError) as e:
         raise GdslError(f"{where}: not a readable .npz file ({e})") from None
     missing = [k for k in REQUIRED if k not in arrays]
     if missing:
@@ -244,12 +289,18 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
                 raise GdslError(f"{where}: array '{prefix}{k}' must be numeric, got dtype {v.dtype}")
             if v.ndim < 1:
                 raise GdslError(f"{where}: array '{prefix}{k}' must have one row per {per}, got a scalar")
+            rows = len(src) if per == "edge" else n
+            if v.shape[0] != rows:   # named as the file names it (was: "edge data 'index'" for edge_index)
+                hint = (" (PyG's edge_index [2, E] is the file's src and dst arrays)"
+                        if prefix + k == "edge_index" and v.shape == (2, rows) else "")
+                raise GdslError(f"{where}: array '{prefix}{k}' must have one row per {per} ({rows}), got shape "
+                                f"{list(v.shape)}{hint}")
     # float64 features beyond float32's range are refused by from_edges, by value and row
     if feats.dtype not in (np.float32, np.float64):
         with np.errstate(over="ignore"):   # a longdouble beyond float32's range: inf, refused as such
             feats = feats.astype(np.float32)
     g = Graph.from_edges(src.astype(np.int64), dst.astype(np.int64), n, features=feats,
                          labels=None if labels is None else labels.astype(np.int64), masks=masks, edata=edata,
-                         ndata=ndata, name=p.stem, where=where)
+                         ndata=ndata, name=p.stem, where=where, copy=False)   # the arrays are the loader's own
     g.source = where
     return g

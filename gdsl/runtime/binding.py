@@ -151,6 +151,8 @@ def check_masks(prog: CheckedProgram, graph: Graph) -> None:
     cfg = prog.train
     if cfg is None:
         return
+    # the fields' types first: a mask assigned as a list (`g.train_mask = [...]`) was a raw AttributeError
+    graph._check_types(graph.source or graph.name)
     used = ([cfg.loss.mask] if cfg.loss and cfg.loss.mask else []) + [m for _, m in cfg.eval if m]
     missing = list(dict.fromkeys(m for m in used if m not in graph.masks))   # the loss's first, each once
     if missing:
