@@ -561,14 +561,21 @@ def _compile_and_emit(args, parser, source, dims, edges, graph, dumping, dump_di
 def cmd_run(args, parser) -> int:
     import gdsl
     from gdsl.graph.io import load_graph, resolve_data
-    from gdsl.runtime.files import finish_run, save_state_dict
-    from gdsl.runtime.trainer import Diverged, Progress, check_json_path, epoch_time_text, train, write_json
+    from gdsl.runtime.files import finish_run, kept_instead, save_state_dict
+    from gdsl.runtime.trainer import Diverged, Progress, check_json_path, epoch_time_text, loss_text, train, write_json
 
     if args.epochs is not None and args.epochs < 1:
         parser.error("--epochs must be at least 1")
     if args.np_ is not None and args.np_ < 1:
         parser.error(f"--np must be at least 1, got {args.np_}")
     from gdsl.dist.launch import under_launcher
+    if args.split < 0:   # a usage error (was: exit 1, after compiling the program)
+        parser.error(f"--split must be at least 0, got {args.split}")
+    if args.np_ is None and not under_launcher():
+        for flag in ("parts", "report", "checkpoint", "resume", "partition", "delay", "halo", "mem_per_rank",
+                     "comm_timeout"):
+            if getattr(args, flag) is not None:   # before the program is compiled (was: after; helper-10)
+                parser.error(f"--{flag.replace('_', '-')} needs --np P (a distributed run)")
     for flag, path in (("--json", args.json), ("--save", args.save)):
         if path and not under_launcher():   # before training, not after (a rank: rank 0 checks, for all)
             check_json_path(path, flag, inputs=(args.program, resolve_data(args.data)))
@@ -587,10 +594,6 @@ def cmd_run(args, parser) -> int:
     if args.np_ is not None or under_launcher():
         from gdsl.dist.cli_run import run_distributed
         return run_distributed(args, prog, graph, data)
-    for flag in ("parts", "report", "checkpoint", "resume", "partition", "delay", "halo", "mem_per_rank",
-                 "comm_timeout"):
-        if getattr(args, flag) is not None:   # was: --halo and --mem-per-rank ignored
-            parser.error(f"--{flag.replace('_', '-')} needs --np P (a distributed run)")
     args.backend = args.backend or prog.default_backend
     epochs = args.epochs or cfg.epochs
     if _PROCESS["cap_memory"] and args.backend != "triton" and not os.environ.get("GDSL_NO_MEMORY_CAP"):
@@ -613,9 +616,10 @@ def cmd_run(args, parser) -> int:
         try:
             result = train(prog, graph, backend=args.backend, epochs=epochs, seed=args.seed, on_epoch=progress)
         except Diverged as e:   # the epochs before it still go to --json (with "diverged"), then the error
+            progress.close()   # (was: the message glued to the live line on a terminal)
             if args.save:
                 print(f"gdsl: --save {args.save}: not written (training diverged)", file=sys.stderr)
-            if args.json:
+            if args.json and not kept_instead(args.json, len(e.result.epochs)):
                 write_json(args.json, e.result.to_json(program=args.program, data=str(data), backend=args.backend,
                                                        seed=args.seed, train=cfg.name, model=cfg.model,
                                                        split=args.split, set=dict(prog.overrides)))
@@ -625,20 +629,22 @@ def cmd_run(args, parser) -> int:
     sig = result.signal
     if sig is not None:
         what = "interrupted" if sig == signal.SIGINT else f"terminated ({signal.Signals(sig).name})"
-        live = sys.stderr.isatty()   # a newline ends the live progress line (was: a blank line in a log file too)
-        print(f"{chr(10) if live else ''}gdsl: {what} after {len(result.epochs)} epoch{'s' if len(result.epochs) != 1 else ''}",
+        progress.close()   # a newline ends the live progress line (was: a blank line in a log file too)
+        print(f"gdsl: {what} after {len(result.epochs)} epoch{'s' if len(result.epochs) != 1 else ''}",
               file=sys.stderr)
 
     def summary():
         if f:
             accs = "  ".join(f"{k} {v:.4f}" for k, v in f.items() if k.endswith("_acc") and "/" not in k)
-            print(f"final (epoch {f['epoch']}): loss {f['loss']:.4f}  {accs}  "
+            print(f"final (epoch {f['epoch']}): loss {loss_text(f['loss'])}  {accs + '  ' if accs else ''}"
                   + epoch_time_text(f["mean_epoch_time"], f.get("first_epoch_time"), f.get("later_epoch_time")))
             if "best_val_epoch" in f:
                 print(f"best val epoch {f['best_val_epoch']}: val_acc {f['best_val/val_acc']:.4f}"
                       + (f"  test_acc {f['best_val/test_acc']:.4f}" if "best_val/test_acc" in f else ""))
 
     def json_file():
+        if kept_instead(args.json, len(result.epochs)):
+            return
         write_json(args.json, result.to_json(program=args.program, data=str(data), backend=args.backend,
                                              seed=args.seed, train=cfg.name, model=cfg.model,
                                              split=args.split, set=dict(prog.overrides)))

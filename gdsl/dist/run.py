@@ -523,7 +523,7 @@ def run_rank(args: dict) -> int:
     import gdsl
     from gdsl.dist.comm import Comm
     from gdsl.dist.part import load_part, part_path
-    from gdsl.runtime.files import finish_run, save_state_dict
+    from gdsl.runtime.files import finish_run, kept_instead, save_state_dict
     from gdsl.runtime.trainer import (
         EpochStats,
         Progress,
@@ -574,9 +574,9 @@ def run_rank(args: dict) -> int:
                checkpoint=ck, every=int(args.get("checkpoint_every") or 10), traffic=bool(report or args.get("json")),
                identity=identity, stop=stop)
     if stop.epoch is not None and rank == 0:   # as one process says it (gdsl/cli.py)
-        live = sys.stderr.isatty()
+        progress.close()   # the live line ends before the message
         n = len(history) - start
-        print(f"{chr(10) if live else ''}gdsl: {stop.what()} after {n} epoch{'s' if n != 1 else ''}"
+        print(f"gdsl: {stop.what()} after {n} epoch{'s' if n != 1 else ''}"
               + (f" (resumed after epoch {start})" if start else "")
               + (f"; {ck} holds the checkpoint after epoch {stop.epoch}" if ck else ""), file=sys.stderr)
     kernels = {} if model.kernels is None else dict(model.kernels.used)
@@ -589,6 +589,8 @@ def run_rank(args: dict) -> int:
                   f"them; model.load_state_dict(torch.load({str(args['save'])!r})))", file=sys.stderr)
 
         def json_file():
+            if kept_instead(args["json"], len(history)):
+                return
             last = history[-1] if history else {}
             # the run's inputs as one process's --json has them (was: no data, split, --set; helper-70)
             write_json(args["json"], {"program": args["program"], "data": args.get("data"),
@@ -649,7 +651,8 @@ def _print_summary(history: list, report: bool, part, args, backend: str = "refe
     times = [h["time"] for h in history]
     split = split_epoch_times(times)
     ttext = epoch_time_text(sum(times) / len(times), split.get("first_epoch_time"), split.get("later_epoch_time"))
-    print(f"final (epoch {last['epoch']}): loss {last['loss']:.4f}  {accs}  {ttext}  "
+    from gdsl.runtime.trainer import loss_text  # noqa: PLC0415
+    print(f"final (epoch {last['epoch']}): loss {loss_text(last['loss'])}  {accs + '  ' if accs else ''}{ttext}  "
           f"[{part.spec.describe()}, {part.size} rank{'s' if part.size != 1 else ''}"   # describe() marks an approximate plan
           f"{', ' + backend + ' kernels: ' + ', '.join(sorted(kernels)) if kernels else ''}]")
     if report:

@@ -30,6 +30,9 @@ def check_json_path(path: str, flag: str = "--json", inputs=()) -> None:
     a device or pipe (the atomic rename would replace `/dev/null` with a
     file), one of the run's `inputs` (the program, the data file)."""
     p = Path(path)
+    if str(path) == "-":   # (was: a file named '-', and `wrote -`)
+        raise GdslError(f"{flag} -: names a file, not stdout (stdout carries gdsl's own output); give a file "
+                        "name, e.g. run.json, or ./- for a file of that name")
     if p.is_dir():
         raise GdslError(f"{flag} {p}: is a directory (give a file name)")
     if str(path).endswith(("/", os.sep)):   # was: `newdir/` wrote a file `newdir`
@@ -81,6 +84,18 @@ def finish_run(summary, writers) -> None:
             print(f"gdsl: error: {e}", file=sys.stderr)
     if failures:
         raise failures[0]
+
+
+def kept_instead(path: str, epochs: int) -> bool:
+    """A run that completed no epoch (Ctrl-C while the kernels compile, a
+    loss NaN at epoch 1) does not replace an existing `--json` file with
+    an empty record; it says so. True when the file is kept (helper-10:
+    the last run's metrics were lost to `"epochs": []`)."""
+    import sys
+    if epochs or not os.path.lexists(path):
+        return False
+    print(f"gdsl: --json {path}: not written (no epoch completed; the file there is kept)", file=sys.stderr)
+    return True
 
 
 def write_json(path: str, payload: dict) -> None:

@@ -56,3 +56,32 @@ def stop_on_signals():
     finally:
         for sig, h in old.items():
             signal.signal(sig, h)
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Hold SIGINT, SIGTERM and SIGHUP over a block that must not stop
+    halfway (the optimizer's step updates the params one at a time: Ctrl-C
+    inside it left some params a step ahead of the others, saved by `--save`
+    as "the params after epoch K"; helper-10). A signal that arrives is
+    recorded, the handlers are put back, and it is raised again at the
+    block's end, to the handler that was there (KeyboardInterrupt,
+    `Terminated`, or the default action). Outside the main thread the
+    block runs as it is (signals reach the main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    old = {}
+    for sig in STOP_SIGNALS:
+        h = signal.getsignal(sig)
+        if h in (signal.SIG_IGN, None):
+            continue   # ignored (nohup), or set outside Python: left as it is
+        old[sig] = signal.signal(sig, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+        if pending:
+            signal.raise_signal(pending[0])

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 import signal
+import shutil
 import sys
 import time
 import warnings
@@ -17,7 +19,7 @@ from gdsl.graph.graph import Graph
 from gdsl.runtime import optim
 from gdsl.runtime.binding import check_masks
 from gdsl.runtime.files import check_json_path, write_atomic, write_json  # noqa: F401 (the trainer's API)
-from gdsl.runtime.signals import Terminated
+from gdsl.runtime.signals import Terminated, signals_held
 
 
 @dataclass
@@ -284,8 +286,9 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
             loss.backward()
             if (why := nonfinite_grad(model, nonfinite_grads(model), epoch, loss_value)) is not None:
                 raise _Nonfinite(why)
-            optimizer_step(opt, epoch, error=_Nonfinite)
-            result.steps += 1
+            with signals_held():   # a signal waits for the whole step: never some params a step ahead
+                optimizer_step(opt, epoch, error=_Nonfinite)
+                result.steps += 1
             model.eval()
             with torch.no_grad():
                 out = model()
@@ -338,26 +341,43 @@ def _summarise(result: TrainResult) -> None:
 
 
 class Progress:
-    """Per-epoch progress: one live line on a terminal, periodic lines otherwise."""
+    """Per-epoch progress: one live line on a terminal, periodic lines otherwise
+    (a `TERM=dumb` terminal, which cannot erase a line, gets those too). The
+    live line is cut to the terminal's width: a longer one wraps, and its
+    wrapped rows stayed behind at every epoch (helper-10)."""
 
     def __init__(self, total: int, stream=None, every: int | None = None) -> None:
         self.total, self.stream = total, stream or sys.stderr
-        self.live = self.stream.isatty()
+        self.live = self.stream.isatty() and os.environ.get("TERM") != "dumb"
         self.every = every or (1 if self.live else max(1, total // 20))
+        self.open = False   # a live line is on the screen without its newline
 
     def __call__(self, s: EpochStats) -> None:
         if not self.live and s.epoch % self.every and s.epoch != self.total:
             return
-        accs = "  ".join(f"{k.replace('_acc', '')} {v:.4f}" for k, v in s.metrics.items())
-        line = f"epoch {s.epoch:>{len(str(self.total))}}/{self.total}  loss {s.loss:.4f}  {accs}  {s.time * 1000:.1f} ms"
+        parts = [f"epoch {s.epoch:>{len(str(self.total))}}/{self.total}", f"loss {loss_text(s.loss)}"]
+        parts += [f"{k.replace('_acc', '')} {v:.4f}" for k, v in s.metrics.items()]
+        line = "  ".join(parts + [f"{s.time * 1000:.1f} ms"])
         if self.live:
-            self.stream.write("\r\033[K" + line)
-            if s.epoch == self.total:
+            width = shutil.get_terminal_size().columns
+            self.stream.write("\r\033[K" + line[:max(1, width - 1)])
+            self.open = s.epoch != self.total
+            if not self.open:
                 self.stream.write("\n")
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
 
     def close(self) -> None:
-        if self.live:
+        """End the live line, if one is open (before an error or a stop message)."""
+        if self.open:
             self.stream.write("\n")
+            self.stream.flush()
+            self.open = False
+
+
+def loss_text(x: float) -> str:
+    """A loss as `0.0338`; far from 1 in scientific notation (was `0.0000` for a
+    small MSE, `18091062853632.0000` for a blown-up one)."""
+    return f"{x:.4f}" if x == 0 or 1e-3 <= abs(x) < 1e6 or not math.isfinite(x) else f"{x:.4e}"
+
