@@ -469,7 +469,6 @@ def cmd_compile(args, parser) -> int:
     for p in args.print_ir_after:
         if p not in names:
             parser.error(f"--print-ir-after: unknown pass '{p}' (passes: {', '.join(names)})")
-    source = read_source(args.program)
     dims, edges, graph = None, None, None
     if args.np_ is not None and (args.np_ < 1 or not args.data):
         parser.error("--np needs a positive P and --data (use `gdsl plan` for symbolic sizes)")
@@ -477,12 +476,13 @@ def cmd_compile(args, parser) -> int:
         parser.error("--mem-per-rank needs --np P (it is the budget of each rank of the plan --np chooses)")
     dumping = bool(args.dump_dir or args.print_ir_after_all or args.print_ir_after)
     if args.np_ is not None and args.emit in ("ast", "ir") and not dumping:
-        parser.error(f"--np chooses a plan in the pass pipeline, which --emit {args.emit} stops before; "
+        parser.error(f"--np chooses a plan in the pass pipeline, and --emit {args.emit} shows the program before it; "
                      "use --emit ir-opt (or --print-ir-after PASS) to see it")
-    if args.data:
-        dims, edges, graph = _data_dims(source, args, want_graph=True)
     if args.dump_dir is not None and not args.dump_dir.strip():
         parser.error("--dump-dir: empty (give a directory)")
+    source = read_source(args.program)   # after the usage errors (was: a missing file won over them, exit 1)
+    if args.data:
+        dims, edges, graph = _data_dims(source, args, want_graph=True)
     dump_dir = Path(args.dump_dir) if args.dump_dir else None
     made = []   # the folders mkdir creates, deepest first
     if dump_dir:
@@ -496,6 +496,9 @@ def cmd_compile(args, parser) -> int:
             raise GdslError(f"--dump-dir {dump_dir}: exists and is not a directory") from None
         except OSError as e:   # was: "/proc/x: no such file"
             raise GdslError(f"--dump-dir {dump_dir}: cannot create the directory ({e.strerror or e})") from None
+        for old in dump_dir.iterdir():   # an earlier compile's dumps (was: left beside this one's, helper-9)
+            if _DUMP_NAME.fullmatch(old.name) and (old.is_file() or old.is_symlink()):
+                old.unlink()
     try:
         return _compile_and_emit(args, parser, source, dims, edges, graph, dumping, dump_dir)
     except BaseException:
@@ -504,6 +507,9 @@ def cmd_compile(args, parser) -> int:
                 break
             d.rmdir()
         raise
+
+
+_DUMP_NAME = re.compile(r"00-ast\.txt|\d\d-[a-z][a-z0-9_-]*\.ir")   # the files --dump-dir writes
 
 
 def _compile_and_emit(args, parser, source, dims, edges, graph, dumping, dump_dir) -> int:
@@ -531,15 +537,18 @@ def _compile_and_emit(args, parser, source, dims, edges, graph, dumping, dump_di
             lowered.append(print_module(module, args.print_loc))
         after(name, module)
 
-    stop = "lower" if emit in ("ast", "ir") and not dumping else None
+    # the whole pipeline whatever --emit shows: its checks (an order or partition hint that cannot be carried
+    # out) decide the exit status (was: 0 with --emit ast or ir, 1 with ir-opt; helper-9)
     compiled = compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser),
-                              train=args.train, stop_after=stop, after_each=after_and_keep,
+                              train=args.train, after_each=after_and_keep,
                               ranks=args.np_, edges=edges, graph=graph,
                               memory_per_rank=_mem_per_rank(args, parser),
                               hoist=True)   # what `gdsl run` executes (without --np: the ranks do not hoist)
     print_compile_warnings(compiled)
     if dump_dir:
         write_atomic(dump_dir / "00-ast.txt", dump(compiled.ast, args.print_loc))
+    if args.emit and (args.print_ir_after_all or args.print_ir_after):   # where the dumps end and it begins
+        print(f"// ----- --emit {args.emit} -----")
     if emit == "ast":
         print(dump(compiled.ast, args.print_loc), end="")
     elif emit == "ir":

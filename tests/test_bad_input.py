@@ -502,8 +502,8 @@ def test_partition_specs_are_parsed_strictly(spec, message):
     (("run", "--json", ""), "--json: empty (give a file to write)"),      # was: ignored, nothing written
     (("plan", "--json", " "), "--json: empty"),
     (("compile", "--mem-per-rank", "4G"), "--mem-per-rank needs --np P"),                 # was: ignored
-    (("compile", "--np", "2", "--data", "cora", "--emit", "ir"), "which --emit ir stops before"),  # was: ignored
-    (("compile", "--np", "2", "--data", "cora", "--emit", "ast"), "which --emit ast stops before"),
+    (("compile", "--np", "2", "--data", "cora", "--emit", "ir"), "--emit ir shows the program before it"),  # was: ignored
+    (("compile", "--np", "2", "--data", "cora", "--emit", "ast"), "--emit ast shows the program before it"),
     # was: N=5 planned with Cora's 13264 edges (and its METIS partitions)
     (("plan", "--np", "2", "--data", "cora", "--dims", "N=5"), "--dims N: the graph of --data has N = 2708"),
     (("plan", "--np", "2", "--data", "cora", "--dims", "E=9"), "--dims E: the graph of --data has E = "),

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from gdsl.ir.core import Func, Module, Op, Value
 from gdsl.ir.ops import BINARY, UNARY
 from gdsl.passes.base import PassContext
+from gdsl.passes.canonicalize import cse
 
 _SINKABLE = UNARY + BINARY + ("dot",)
 _SDDMM = {"dot": "dot", "add": "add", "mul": "mul", "sub": "sub"}
@@ -44,6 +45,9 @@ class Fuse:
     def run(self, module: Module, ctx: PassContext) -> Module:
         f = module.main
         self.sink_endpoint_reads(f)
+        # sinking can make two vertex ops alike (`dot(src.zs, a) + dot(dst.zs, a)`: one `dot(zs, a)` read
+        # at both ends); canonicalize's CSE merges them (was: computed twice; helper-9)
+        cse(f)
         self.form_sddmm(f)
         self.form_gat(f)
         self.form_aggregate(f)
