@@ -40,8 +40,12 @@ def test_a_signal_inside_the_optimizer_step_waits_for_the_whole_step(tmp_path, m
         if calls["n"] == 2 * 4 + 1:   # epoch 3, one of 4 params updated
             os.kill(os.getpid(), signal.SIGINT)
     monkeypatch.setattr(optim.Adam, "_update", _update)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)   # not an earlier test's SIG_IGN
     saved = tmp_path / "m.pt"
-    assert main(["run", GCN, "--epochs", "5", "--backend", "reference", "--save", str(saved)]) == 130
+    try:
+        assert main(["run", GCN, "--epochs", "5", "--backend", "reference", "--save", str(saved)]) == 130
+    finally:
+        signal.signal(signal.SIGINT, before)
     err = capsys.readouterr().err
     assert "after epoch 3's optimizer step, whose evaluation did not run" in err, err
     monkeypatch.setattr(optim.Adam, "_update", update)
@@ -52,12 +56,15 @@ def test_a_signal_inside_the_optimizer_step_waits_for_the_whole_step(tmp_path, m
 
 def test_signals_held_puts_the_handlers_back_and_raises_what_came():
     from gdsl.runtime.signals import signals_held
-    before = signal.getsignal(signal.SIGINT)
-    with pytest.raises(KeyboardInterrupt):
-        with signals_held():
-            os.kill(os.getpid(), signal.SIGINT)
-            done = True   # the block ran to its end first
-    assert done and signal.getsignal(signal.SIGINT) is before
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)   # Python's own, whatever ran before
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with signals_held():
+                os.kill(os.getpid(), signal.SIGINT)
+                done = True   # the block ran to its end first
+        assert done and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _stats(epoch, loss=0.5):
