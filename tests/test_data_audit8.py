@@ -167,3 +167,27 @@ def test_a_list_assigned_as_a_mask_is_a_gdsl_error_in_train():
     g.train_mask = [True, False, False, False, False]
     with pytest.raises(GdslError, match=r"mask 'train' must be a bool tensor"):
         gdsl.train(gdsl.compile(GCN), g, epochs=1)
+
+
+class _Data:
+    """A stand-in for torch_geometric.data.Data (not installed here): attributes and keys()."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+    def keys(self):
+        return list(self.__dict__)
+
+
+def test_from_pyg_keeps_every_mask_and_a_float_target():
+    """(was: masks beyond train/val/test dropped, while from_dgl and files keep
+    them; a float y refused as "labels: expected integer ids")"""
+    ei = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    m = torch.tensor([True, False, True])
+    g = Graph.from_pyg(_Data(edge_index=ei, x=torch.ones(3, 2), y=torch.tensor([0, 1, 0]), train_mask=m,
+                             labelled_mask=~m, num_nodes=3))
+    assert set(g.masks) == {"train", "labelled"} and g.masks["labelled"].tolist() == [False, True, False]
+    r = Graph.from_pyg(_Data(edge_index=ei, x=torch.ones(3, 2), y=torch.tensor([[0.5], [1.5], [2.5]]), num_nodes=3))
+    assert r.labels is None and r.ndata["y"].view(-1).tolist() == [0.5, 1.5, 2.5]
+    with pytest.raises(GdslError, match=r"^pyg data: "):
+        Graph.from_pyg(_Data(edge_index=ei, x=torch.ones(3, 2), y=torch.tensor([0, -1, 0]), num_nodes=3))

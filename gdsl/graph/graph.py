@@ -169,20 +169,27 @@ class Graph:
         if ei is None or getattr(ei, "dim", lambda: 0)() != 2 or ei.shape[0] != 2:
             got = "none" if ei is None else f"shape {list(getattr(ei, 'shape', []))}"
             raise GdslError(f"pyg data: edge_index must be a [2, E] tensor (row 0 = source), got {got}")
-        masks = {k: getattr(data, f"{k}_mask") for k in ("train", "val", "test") if getattr(data, f"{k}_mask", None) is not None}
+        keys = getattr(data, "keys", None)   # Data.keys() in PyG 2.x (a property before): any NAME_mask, as a file's
+        keys = list(keys() if callable(keys) else keys or [])   # (was: train/val/test only; helper-8)
+        names = ["train", "val", "test"] + sorted(k[:-5] for k in keys if isinstance(k, str) and k.endswith("_mask")
+                                                   and k[:-5] not in ("train", "val", "test") and k[:-5].isidentifier())
+        masks = {k: getattr(data, f"{k}_mask") for k in names if getattr(data, f"{k}_mask", None) is not None}
         if split and not any(isinstance(m, torch.Tensor) and m.dim() == 2 for m in masks.values()):
             raise GdslError(f"pyg data: split {split} asked for, but the masks have one split (no [N, S] mask)")
         masks = {k: _split_column(m, split, f"{k}_mask") for k, m in masks.items()}
         y = getattr(data, "y", None)
         if isinstance(y, torch.Tensor) and y.dim() == 2 and y.shape[1] == 1:
             y = y.view(-1)
+        ndata = {}
+        if isinstance(y, torch.Tensor) and y.is_floating_point():   # a regression target: `input y : vertex f32[..]`
+            ndata["y"], y = y, None   # (was: "labels: expected integer ids", with no way to read it)
         edata = {}
         if getattr(data, "edge_weight", None) is not None:
             edata["weight"] = data.edge_weight  # as a file's `edge_weight` array: `input weight : edge f32`
         if getattr(data, "edge_attr", None) is not None:
             edata["attr"] = data.edge_attr      # [E] or [E, k]: `input attr : edge f32` or `edge f32[k]` (was: dropped)
         return cls.from_edges(ei[0], ei[1], getattr(data, "num_nodes", None), features=getattr(data, "x", None),
-                              labels=y, masks=masks, edata=edata, name="pyg")
+                              labels=y, masks=masks, edata=edata, ndata=ndata, name="pyg", where="pyg data")
 
     # -- checks
     def validate(self, where: str = "graph") -> None:
