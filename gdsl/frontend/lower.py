@@ -733,7 +733,10 @@ class Lowerer:
                 self.cur_stage = saved
         if b is None:
             if n.id in self.prog.layers:
-                self.error(n.span, f"layer '{n.id}' must be called: {n.id}[static args](x)")
+                decl = self.prog.layers[n.id]   # its own static and tensor arguments (was: `L[static args](x)`)
+                need = [p.name for p in decl.static if p.default is None]
+                self.error(n.span, f"layer '{n.id}' must be called: {n.id}{'[' + ', '.join(need) + ']' if need else ''}"
+                                   f"({', '.join(a.name for a in decl.args)})")
             if n.id in self.prog.masks:
                 self.error(n.span, f"mask '{n.id}' is only used by loss and eval")
             if n.id in ("src", "dst"):
@@ -852,7 +855,9 @@ class Lowerer:
             out[k.name] = k.value
         if not lo <= len(e.args) <= hi:
             want = str(lo) if lo == hi else f"{lo} to {hi}"
-            self.error(e.span, f"{name} takes {want} argument{'s' if hi != 1 else ''}, got {len(e.args)}")
+            named = list(kw[hi - lo:]) if len(e.args) > hi else []   # options not taken positionally
+            hint = f" (its options are named: {name}(x, {named[0]} = ...))" if named else ""   # softmax(x, axis = 0)
+            self.error(e.span, f"{name} takes {want} argument{'s' if hi != 1 else ''}, got {len(e.args)}{hint}")
         return out
 
     def builtin(self, name: str, e: ast.Call, sc: _Scope) -> Value:
