@@ -162,9 +162,14 @@ def _unapplied_reorders(asked: dict[str, tuple[Span, str]], module: Module,
            "`src.h / dst.degree + src.h * 0.5`), and this one's message does not fold to that "
            "form; write the message as one product, or leave the order to the compiler")
     declined = declined or {}   # the order pass's own reason (a shared aggregation)
+    live_matmul = {op.attrs.get("scope") for op in module.main.ops if op.name == "matmul"}
+
     def reason(scope: str) -> str:
         if scope in declined:
             return declined[scope]
+        if scope not in live_matmul:   # (was: "does not fold to that form" of a message that does; helper-11)
+            return ("its `@ param` is not used (what the layer returns does not depend on it), so no aggregation "
+                    "before a `@` is left to reorder; remove the unused `@` or the hint")
         if scope in other_readers:
             return (f"its aggregation (`A X`, before the `@`) is also read {other_readers[scope]}, and dense-first "
                     "computes A (X W) without it; read the aggregation only in the `@`, or leave the order to the "

@@ -95,3 +95,27 @@ def test_one_vertex_op_for_both_ends_of_a_shared_attention_vector(tmp_path, caps
     rc, out, _ = _run(capsys, "compile", str(prog), "--print-ir-after", "fuse")
     assert rc == 0
     assert out.count("= dot[") == 2, out   # one per GATConv call
+
+
+@pytest.mark.parametrize("returns", ["h", "a3 + a3"])
+def test_an_order_hint_on_a_dead_matmul_says_so(tmp_path, capsys, returns):
+    """helper-11: `t5 = a3 @ W` that nothing reads: the hint was refused as if
+    `src.h / max(dst.degree, 1)` did not fold (it does)."""
+    prog = tmp_path / "dead.gd"
+    prog.write_text(f"""graph G
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train
+layer L0[dout](h: [din]) -> [din] {{
+    param W : f32[din, dout] = glorot
+    scatter m1 = src.h / max(dst.degree, 1)
+    gather a3 = sum(m1)
+    transform t5 = a3 @ W
+    return {returns}
+}}
+model M {{ return L0[C](X) }}
+schedule {{ order L0#1 = dense_first }}
+""")
+    rc, _, err = _run(capsys, "compile", str(prog))
+    assert rc == 1 and "13:25: error: order L0#1 = dense_first cannot be carried out: its `@ param` is not used" in err
+    assert "does not fold" not in err
