@@ -1,6 +1,7 @@
 """Full-batch training per a program's `train` block."""
 from __future__ import annotations
 
+import io
 import math
 import numbers
 import os
@@ -359,7 +360,7 @@ class Progress:
         parts += [f"{k.replace('_acc', '')} {v:.4f}" for k, v in s.metrics.items()]
         line = "  ".join(parts + [f"{s.time * 1000:.1f} ms"])
         if self.live:
-            width = shutil.get_terminal_size().columns
+            width = self._width()
             self.stream.write("\r\033[K" + line[:max(1, width - 1)])
             self.open = s.epoch != self.total
             if not self.open:
@@ -367,6 +368,16 @@ class Progress:
         else:
             self.stream.write(line + "\n")
         self.stream.flush()
+
+    def _width(self) -> int:
+        """The terminal's width: $COLUMNS, else the stream's own terminal (stdout
+        may be a file while stderr, the progress line's, is the terminal)."""
+        if os.environ.get("COLUMNS", "").isdigit() and int(os.environ["COLUMNS"]) > 0:
+            return int(os.environ["COLUMNS"])
+        try:
+            return os.get_terminal_size(self.stream.fileno()).columns
+        except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
+            return shutil.get_terminal_size().columns
 
     def close(self) -> None:
         """End the live line, if one is open (before an error or a stop message)."""
