@@ -3,10 +3,12 @@ exactly once (1.5D: once per process row's share), the parts reassemble the
 graph, the peer tables line up, and files round-trip or are refused."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -94,6 +96,53 @@ def test_part_files_round_trip_and_are_checked(tmp_path):
     (tmp_path / "part-0.npz").write_bytes(b"\x80\x04pickle")
     with pytest.raises(GdslError, match="not a gdsl partition file"):
         load_part(tmp_path, 0, 2)
+
+
+def _resave(path: Path, edit) -> None:
+    """`path` rewritten with `edit(arrays)` applied and its header kept (what a hand edit does)."""
+    with np.load(path) as z:
+        a = {k: z[k].copy() for k in z.files}
+    edit(a)
+    np.savez(path, **a)
+
+
+def _drop_digest(a: dict) -> None:
+    """The header as an earlier gdsl wrote it: no `content`."""
+    header = json.loads(bytes(a["header"]).decode())
+    del header["content"]
+    a["header"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+
+
+@pytest.mark.parametrize("what, edit", [
+    ("features scaled", lambda a: a.__setitem__("features", a["features"] * 3)),
+    ("edge ids moved out of range", lambda a: a.__setitem__("src", a["src"] + 100000)),   # was an IndexError
+    ("a mask flipped", lambda a: a.__setitem__("mask.train", ~a["mask.train"])),
+])
+def test_a_part_file_edited_after_it_was_written_is_refused(tmp_path, what, edit):
+    """helper-13: the header (program, graph, partition key) was checked, the
+    arrays were trusted: scaled features trained silently on them."""
+    from gdsl.graph.synthetic import rmat_graph
+    g = rmat_graph(200, 6)
+    g.masks["train"] = torch.arange(200) % 2 == 0
+    for p in build_parts(parse_spec("rows(hash)"), g, 2):
+        save_part(p, tmp_path, {"program": "abc"})
+    load_part(tmp_path, 1, 2)   # as written: accepted
+    _resave(tmp_path / "part-1.npz", edit)
+    with pytest.raises(GdslError, match=r"part-1.npz: its arrays are not the ones `gdsl partition` wrote"):
+        load_part(tmp_path, 1, 2)
+    _resave(tmp_path / "part-0.npz", _drop_digest)
+    with pytest.raises(GdslError, match=r"part-0.npz: written by an earlier gdsl, without the digest"):
+        load_part(tmp_path, 0, 2)
+
+
+def test_a_part_file_cut_short_says_so(tmp_path):
+    from gdsl.dist.part import read_header
+    from gdsl.graph.synthetic import rmat_graph
+    save_part(build_parts(parse_spec("rows(hash)"), rmat_graph(50, 4), 1)[0], tmp_path, {})
+    data = (tmp_path / "part-0.npz").read_bytes()
+    (tmp_path / "part-0.npz").write_bytes(data[:len(data) // 2])
+    with pytest.raises(GdslError, match=r"an .npz archive cut short or damaged: its zip directory is missing"):
+        read_header(tmp_path / "part-0.npz")
 
 
 @pytest.mark.parametrize("bad,msg", [("rows(foo)", "expected hash, random, block or metis"),

@@ -399,6 +399,22 @@ def partition_key(parts: list[RankPart]) -> str:
     return h.hexdigest()[:16]
 
 
+def content_digest(arrays: dict) -> str:
+    """A digest of a rank file's arrays (names, dtypes, shapes and bytes; not
+    the header, which holds it): a file edited after `gdsl partition` wrote it
+    is refused at load (helper-13: features scaled in place trained silently
+    on them; edge ids moved out of range were an internal error in a rank)."""
+    import hashlib
+    h = hashlib.blake2b(digest_size=16)
+    for k in sorted(arrays):
+        if k == "header":
+            continue
+        v = np.ascontiguousarray(arrays[k])
+        h.update(f"{k}:{v.dtype.str}:{v.shape};".encode())
+        h.update(memoryview(v).cast("B"))
+    return h.hexdigest()
+
+
 def save_part(pr: RankPart, directory: str | Path, meta: dict) -> Path:
     """Write one rank's file atomically (write, then rename); plain arrays only."""
     directory = Path(directory)
@@ -422,7 +438,8 @@ def save_part(pr: RankPart, directory: str | Path, meta: dict) -> Path:
     for k, v in pr.extra.items():
         arrays[f"extra.{k}"] = np.asarray(v)
     header = {"format": FORMAT, "rank": pr.rank, "size": pr.size, "num_nodes": pr.num_nodes,
-              "num_edges": pr.num_edges, "n_own": pr.n_own, "spec": pr.spec.to_json(), "meta": pr.meta, **meta}
+              "num_edges": pr.num_edges, "n_own": pr.n_own, "spec": pr.spec.to_json(), "meta": pr.meta,
+              "content": content_digest(arrays), **meta}
     arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
     path = part_path(directory, pr.rank)
     tmp = path.with_name(path.name + ".tmp.npz")
@@ -434,7 +451,11 @@ def save_part(pr: RankPart, directory: str | Path, meta: dict) -> Path:
 def read_header(path: Path) -> dict:
     try:
         if not zipfile.is_zipfile(path):   # np.load would call any other file "pickled data"
-            raise GdslError(f"{path}: not a gdsl partition file (not an .npz archive; write them with `gdsl partition`)")
+            with open(path, "rb") as f:
+                cut = f.read(4) == b"PK\x03\x04"   # a zip's start without its directory: cut short
+            raise GdslError(f"{path}: not a gdsl partition file ("
+                            + ("an .npz archive cut short or damaged: its zip directory is missing" if cut
+                               else "not an .npz archive") + "; write them with `gdsl partition`)")
         with np.load(path, allow_pickle=False) as z:
             h = json.loads(bytes(z["header"]).decode())
     except RecursionError:   # a header nested thousands deep
@@ -479,7 +500,7 @@ def load_part(directory: str | Path, rank: int, size: int, expect: dict | None =
     try:
         sj = h["spec"]
         spec = Spec(sj["strategy"], sj["arg"], sj["delay"], sj["halo"], sj["seed"])
-        return RankPart(spec, rank, size, h["num_nodes"], h["num_edges"], a["gid"], h["n_own"], a["src"], a["dst"],
+        part = RankPart(spec, rank, size, h["num_nodes"], h["num_edges"], a["gid"], h["n_own"], a["src"], a["dst"],
                         a["eid"], a["in_degree"], a["out_degree"], a["counted"], a.get("features"), a.get("labels"),
                         {k[5:]: v for k, v in a.items() if k.startswith("mask.")},
                         {k[6:]: v for k, v in a.items() if k.startswith("edata.")},
@@ -488,3 +509,9 @@ def load_part(directory: str | Path, rank: int, size: int, expect: dict | None =
                         {k[6:]: v for k, v in a.items() if k.startswith("ndata.")})
     except (KeyError, TypeError) as e:   # a file of the right format with an entry missing
         raise GdslError(f"{path}: not a complete gdsl partition file (no {e})") from None
+    if "content" not in h:   # (files of gdsl before the digest)
+        raise GdslError(f"{path}: written by an earlier gdsl, without the digest of its arrays; partition again")
+    if h["content"] != content_digest(a):
+        raise GdslError(f"{path}: its arrays are not the ones `gdsl partition` wrote (edited or damaged after it "
+                        "was written: the digest in its header does not match); partition again")
+    return part
