@@ -480,6 +480,7 @@ def cmd_compile(args, parser) -> int:
                      "use --emit ir-opt (or --print-ir-after PASS) to see it")
     if args.dump_dir is not None and not args.dump_dir.strip():
         parser.error("--dump-dir: empty (give a directory)")
+    overrides, mem = _overrides(args.set, parser), _mem_per_rank(args, parser)   # usage errors, before the file
     source = read_source(args.program)   # after the usage errors (was: a missing file won over them, exit 1)
     if args.data:
         dims, edges, graph = _data_dims(source, args, want_graph=True)
@@ -496,11 +497,12 @@ def cmd_compile(args, parser) -> int:
             raise GdslError(f"--dump-dir {dump_dir}: exists and is not a directory") from None
         except OSError as e:   # was: "/proc/x: no such file"
             raise GdslError(f"--dump-dir {dump_dir}: cannot create the directory ({e.strerror or e})") from None
+        ours = {"00-ast.txt"} | {f"{i:02d}-{name}.ir" for i, name in enumerate(names, 1)}   # what it writes
         for old in dump_dir.iterdir():   # an earlier compile's dumps (was: left beside this one's, helper-9)
-            if _DUMP_NAME.fullmatch(old.name) and (old.is_file() or old.is_symlink()):
+            if old.name in ours and (old.is_file() or old.is_symlink()):
                 old.unlink()
     try:
-        return _compile_and_emit(args, parser, source, dims, edges, graph, dumping, dump_dir)
+        return _compile_and_emit(args, source, dims, edges, graph, dumping, dump_dir, overrides, mem)
     except BaseException:
         for d in made:   # a program that does not parse: no empty folders left behind
             if any(d.iterdir()):
@@ -509,10 +511,7 @@ def cmd_compile(args, parser) -> int:
         raise
 
 
-_DUMP_NAME = re.compile(r"00-ast\.txt|\d\d-[a-z][a-z0-9_-]*\.ir")   # the files --dump-dir writes
-
-
-def _compile_and_emit(args, parser, source, dims, edges, graph, dumping, dump_dir) -> int:
+def _compile_and_emit(args, source, dims, edges, graph, dumping, dump_dir, overrides, mem) -> int:
     from gdsl.compiler import compile_source
     from gdsl.frontend.ast import dump
     from gdsl.ir.printer import print_module
@@ -539,10 +538,10 @@ def _compile_and_emit(args, parser, source, dims, edges, graph, dumping, dump_di
 
     # the whole pipeline whatever --emit shows: its checks (an order or partition hint that cannot be carried
     # out) decide the exit status (was: 0 with --emit ast or ir, 1 with ir-opt; helper-9)
-    compiled = compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser),
+    compiled = compile_source(source, args.program, dims=dims, overrides=overrides,
                               train=args.train, after_each=after_and_keep,
                               ranks=args.np_, edges=edges, graph=graph,
-                              memory_per_rank=_mem_per_rank(args, parser),
+                              memory_per_rank=mem,
                               hoist=True)   # what `gdsl run` executes (without --np: the ranks do not hoist)
     print_compile_warnings(compiled)
     if dump_dir:

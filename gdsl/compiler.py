@@ -168,8 +168,10 @@ def _unapplied_reorders(asked: dict[str, tuple[Span, str]], module: Module,
         if scope in declined:
             return declined[scope]
         if scope not in live_matmul:   # (was: "does not fold to that form" of a message that does; helper-11)
-            return ("its `@ param` is not used (what the layer returns does not depend on it), so no aggregation "
-                    "before a `@` is left to reorder; remove the unused `@` or the hint")
+            # (the layer returns without its `@`, or the model drops the call's result: both leave it dead)
+            return ("its `@ param` is not used (what the layer returns does not depend on it, or the model does not "
+                    "read the call's result), so no aggregation before a `@` is left to reorder; remove the unused "
+                    "`@` or call, or the hint")
         if scope in other_readers:
             return (f"its aggregation (`A X`, before the `@`) is also read {other_readers[scope]}, and dense-first "
                     "computes A (X W) without it; read the aggregation only in the `@`, or leave the order to the "

@@ -56,11 +56,30 @@ def test_dump_dir_never_mixes_two_programs(tmp_path, capsys):
     rc, _, err = _run(capsys, "compile", str(bad), "--dump-dir", str(d))
     assert rc == 1 and "cannot be carried out" in err
     names = sorted(p.name for p in d.iterdir())
-    assert "10-stale.ir" not in names and "00-ast.txt" not in names and "notes.txt" in names, names
-    assert all("gat.gd" not in (d / n).read_text() for n in names if n.endswith(".ir"))
+    assert "00-ast.txt" not in names and "notes.txt" in names and "10-stale.ir" in names, names   # not gdsl's name
+    assert all("gat.gd" not in (d / n).read_text() for n in names if n.endswith(".ir") and n != "10-stale.ir")
     assert "dense_first" in (d / "01-lower.ir").read_text()   # this program's dumps up to the failure
     assert _run(capsys, "compile", GCN, "--dump-dir", str(d))[0] == 0
     assert "gcn.gd" in (d / "00-ast.txt").read_text()
+
+
+def test_dump_dir_removes_only_the_names_it_writes(tmp_path, capsys):
+    """helper-14: `10-notes.ir` and `42-my-experiment.ir` of the user's were removed (any NN-name.ir)."""
+    d = tmp_path / "dumps"
+    d.mkdir()
+    for name in ("10-notes.ir", "42-my-experiment.ir", "06-fuse.ir"):
+        (d / name).write_text("mine")
+    assert _run(capsys, "compile", GCN, "--dump-dir", str(d), "--emit", "ast")[0] == 0
+    assert (d / "10-notes.ir").read_text() == "mine" and (d / "42-my-experiment.ir").read_text() == "mine"
+    assert (d / "06-fuse.ir").read_text() != "mine"
+
+
+def test_an_order_hint_on_a_call_the_model_drops_says_so(tmp_path, capsys):
+    prog = tmp_path / "dropped.gd"
+    prog.write_text(Path(GCN).read_text().replace("    h = dropout(X, p)\n", "    u = GCNConv[hidden](X)\n    h = dropout(X, p)\n")
+                    + "schedule { order GCNConv#1 = dense_first }\n")
+    rc, _, err = _run(capsys, "compile", str(prog), "--data", "cora")
+    assert rc == 1 and "or the model does not read the call's result" in err, err
 
 
 @pytest.mark.parametrize("emit", ["ast", "ir", "ir-opt"])
@@ -82,6 +101,7 @@ def test_the_emitted_text_is_marked_after_the_dumps(capsys):
 @pytest.mark.parametrize("argv, said", [
     (("--mem-per-rank", "1G"), "--mem-per-rank needs --np P"),
     (("--dump-dir", ""), "--dump-dir: empty"),
+    (("--set", "foo"), "--set expects NAME=VALUE, got 'foo'"),   # helper-14: was "missing.gd: no such file", exit 1
 ])
 def test_usage_errors_win_over_a_missing_program(tmp_path, capsys, argv, said):
     rc, _, err = _run(capsys, "compile", str(tmp_path / "missing.gd"), *argv)

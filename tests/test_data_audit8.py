@@ -191,3 +191,22 @@ def test_from_pyg_keeps_every_mask_and_a_float_target():
     assert r.labels is None and r.ndata["y"].view(-1).tolist() == [0.5, 1.5, 2.5]
     with pytest.raises(GdslError, match=r"^pyg data: "):
         Graph.from_pyg(_Data(edge_index=ei, x=torch.ones(3, 2), y=torch.tensor([0, -1, 0]), num_nodes=3))
+
+
+def test_from_pyg_leaves_attributes_that_are_not_vertex_masks():
+    """helper-14: an explainer's edge_mask [E] and node_mask [N, F] (float or
+    bool) made from_pyg fail, or read F splits, once every *_mask was taken."""
+    ei = torch.tensor([[0, 1, 2, 0], [1, 2, 0, 2]])
+    d = _Data(edge_index=ei, x=torch.ones(3, 2), y=torch.tensor([0, 1, 0]), train_mask=torch.ones(3, dtype=torch.bool),
+              edge_mask=torch.ones(4, dtype=torch.bool), node_mask=torch.ones(3, 2, dtype=torch.bool),
+              score_mask=torch.rand(3), num_nodes=3)
+    assert set(Graph.from_pyg(d).masks) == {"train"}
+
+
+def test_from_pyg_keeps_a_float_target_of_one_column_as_it_is():
+    """`input y : vertex f32[1]` reads an [N, 1] float y (was squeezed to [N] as OGB's class ids are)."""
+    ei = torch.tensor([[0, 1], [1, 2]])
+    g = Graph.from_pyg(_Data(edge_index=ei, x=torch.ones(3, 2), y=torch.tensor([[0.5], [1.5], [2.5]]), num_nodes=3))
+    assert tuple(g.ndata["y"].shape) == (3, 1)
+    assert Graph.from_pyg(_Data(edge_index=ei, x=torch.ones(3, 2), y=torch.tensor([[0], [1], [0]]),
+                                num_nodes=3)).labels.tolist() == [0, 1, 0]

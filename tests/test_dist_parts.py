@@ -135,6 +135,18 @@ def test_a_part_file_edited_after_it_was_written_is_refused(tmp_path, what, edit
         load_part(tmp_path, 0, 2)
 
 
+def test_the_digest_takes_empty_and_odd_arrays():
+    """helper-14: a [0, k] array (a rank with no rows, F < P under `features`) was
+    an internal error in memoryview's cast."""
+    from gdsl.dist.part import content_digest
+    odd = {"e": np.zeros((0, 3), np.float32), "z": np.zeros((4, 0)), "s": np.float64(2.0),
+           "be": np.arange(6, dtype=">f4").reshape(2, 3), "t": np.arange(12).reshape(3, 4)[:, ::2],
+           "b": np.ones(3, bool)}
+    d = content_digest(odd)
+    assert d == content_digest({k: np.ascontiguousarray(v) for k, v in odd.items()})
+    assert d != content_digest({**odd, "e": np.zeros((0, 2), np.float32)})   # the shape counts, not only bytes
+
+
 def test_a_part_file_cut_short_says_so(tmp_path):
     from gdsl.dist.part import read_header
     from gdsl.graph.synthetic import rmat_graph

@@ -89,6 +89,30 @@ def test_the_live_line_is_cut_to_the_terminal_and_closed_once(monkeypatch):
     assert p3.stream.getvalue().count("\n") == 1
 
 
+def test_a_columns_value_that_is_no_number_is_ignored(monkeypatch):
+    """`"²".isdigit()` is True, int("²") raises (helper-14)."""
+    for cols in ("²", "abc", "-5", "0", ""):
+        monkeypatch.setenv("COLUMNS", cols)
+        monkeypatch.setenv("TERM", "xterm")
+        out = _Tty()
+        Progress(3, stream=out)(_stats(1))
+        assert "epoch 1/3" in out.getvalue()
+
+
+def test_an_error_inside_the_held_block_wins_over_a_signal():
+    """A diverged step while Ctrl-C waits: reported as diverged (was: the signal replaced the error)."""
+    from gdsl.runtime.signals import signals_held
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(ValueError, match="diverged"):
+            with signals_held():
+                os.kill(os.getpid(), signal.SIGINT)
+                raise ValueError("diverged")
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 def test_a_dumb_terminal_gets_plain_lines(monkeypatch):
     monkeypatch.setenv("TERM", "dumb")
     out = _Tty()

@@ -411,7 +411,8 @@ def content_digest(arrays: dict) -> str:
             continue
         v = np.ascontiguousarray(arrays[k])
         h.update(f"{k}:{v.dtype.str}:{v.shape};".encode())
-        h.update(memoryview(v).cast("B"))
+        if v.size:   # (a [0, k] array: memoryview cannot cast a view with a zero in its shape)
+            h.update(memoryview(v.reshape(-1)).cast("B"))
     return h.hexdigest()
 
 

@@ -169,20 +169,18 @@ class Graph:
         if ei is None or getattr(ei, "dim", lambda: 0)() != 2 or ei.shape[0] != 2:
             got = "none" if ei is None else f"shape {list(getattr(ei, 'shape', []))}"
             raise GdslError(f"pyg data: edge_index must be a [2, E] tensor (row 0 = source), got {got}")
-        keys = getattr(data, "keys", None)   # Data.keys() in PyG 2.x (a property before): any NAME_mask, as a file's
-        keys = list(keys() if callable(keys) else keys or [])   # (was: train/val/test only; helper-8)
-        names = ["train", "val", "test"] + sorted(k[:-5] for k in keys if isinstance(k, str) and k.endswith("_mask")
-                                                   and k[:-5] not in ("train", "val", "test") and k[:-5].isidentifier())
-        masks = {k: getattr(data, f"{k}_mask") for k in names if getattr(data, f"{k}_mask", None) is not None}
+        masks = {k: getattr(data, f"{k}_mask") for k in ("train", "val", "test")
+                 if getattr(data, f"{k}_mask", None) is not None}
+        masks.update(_other_vertex_masks(data, masks))
         if split and not any(isinstance(m, torch.Tensor) and m.dim() == 2 for m in masks.values()):
             raise GdslError(f"pyg data: split {split} asked for, but the masks have one split (no [N, S] mask)")
         masks = {k: _split_column(m, split, f"{k}_mask") for k, m in masks.items()}
         y = getattr(data, "y", None)
-        if isinstance(y, torch.Tensor) and y.dim() == 2 and y.shape[1] == 1:
-            y = y.view(-1)
         ndata = {}
-        if isinstance(y, torch.Tensor) and y.is_floating_point():   # a regression target: `input y : vertex f32[..]`
-            ndata["y"], y = y, None   # (was: "labels: expected integer ids", with no way to read it)
+        if isinstance(y, torch.Tensor) and y.is_floating_point():   # a regression target: `input y : vertex f32[k]`
+            ndata["y"], y = y, None   # as given (was: "labels: expected integer ids", with no way to read it)
+        if isinstance(y, torch.Tensor) and y.dim() == 2 and y.shape[1] == 1:
+            y = y.view(-1)   # OGB's [N, 1] class ids
         edata = {}
         if getattr(data, "edge_weight", None) is not None:
             edata["weight"] = data.edge_weight  # as a file's `edge_weight` array: `input weight : edge f32`
@@ -340,6 +338,28 @@ def _warn_sparse_labels(labels: torch.Tensor | None, where: str) -> None:
         warnings.warn(f"{where}: labels: C = {c:,} classes (the largest label + 1, {c - 1:,} at vertex {at}), but "
                       f"only {seen:,} distinct labels occur: the model gets {c:,} outputs; relabel them compactly "
                       "(np.unique(labels, return_inverse=True))", stacklevel=3)
+
+
+def _other_vertex_masks(data, have: dict) -> dict:
+    """The `NAME_mask` attributes of a PyG Data beyond train/val/test that are
+    vertex masks, 1-d bool of one entry per vertex (as a file's and DGL's
+    `*_mask` are kept; was: dropped). Others are not vertex masks (an
+    `edge_mask` [E], an Explanation's `node_mask` [N, F]) and are left alone."""
+    keys = getattr(data, "keys", None)   # Data.keys() in PyG 2.x, a property before
+    try:
+        keys = list(keys() if callable(keys) else keys or [])
+    except TypeError:
+        return {}
+    x = getattr(data, "x", None)
+    n = getattr(data, "num_nodes", None) or (x.shape[0] if isinstance(x, torch.Tensor) and x.dim() else None)
+    out = {}
+    for k in keys:
+        if not (isinstance(k, str) and k.endswith("_mask") and k[:-5].isidentifier() and k[:-5] not in have):
+            continue
+        m = getattr(data, k, None)
+        if isinstance(m, torch.Tensor) and m.dtype == torch.bool and m.dim() == 1 and m.shape[0] == n:
+            out[k[:-5]] = m
+    return out
 
 
 def _split_column(mask, split: int, what: str):

@@ -94,7 +94,8 @@ def kept_instead(path: str, epochs: int) -> bool:
     import sys
     if epochs or not os.path.lexists(path):
         return False
-    print(f"gdsl: --json {path}: not written (no epoch completed; the file there is kept)", file=sys.stderr)
+    kept = "the file there" if os.path.exists(path) else "the link there"   # a dangling symlink
+    print(f"gdsl: --json {path}: not written (no epoch completed; {kept} is kept)", file=sys.stderr)
     return True
 
 

@@ -80,8 +80,14 @@ def signals_held():
         old[sig] = signal.signal(sig, lambda signum, frame: pending.append(signum))
     try:
         yield
-    finally:
-        for sig, h in old.items():
-            signal.signal(sig, h)
-        if pending:
-            signal.raise_signal(pending[0])
+    except BaseException:   # the block's own error (a diverged step) wins over a signal that came meanwhile
+        _restore(old)
+        raise
+    _restore(old)
+    if pending:
+        signal.raise_signal(pending[0])
+
+
+def _restore(handlers: dict) -> None:
+    for sig, h in handlers.items():
+        signal.signal(sig, h)

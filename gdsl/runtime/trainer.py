@@ -372,8 +372,11 @@ class Progress:
     def _width(self) -> int:
         """The terminal's width: $COLUMNS, else the stream's own terminal (stdout
         may be a file while stderr, the progress line's, is the terminal)."""
-        if os.environ.get("COLUMNS", "").isdigit() and int(os.environ["COLUMNS"]) > 0:
-            return int(os.environ["COLUMNS"])
+        try:
+            if (cols := int(os.environ.get("COLUMNS", ""))) > 0:
+                return cols
+        except ValueError:   # unset, or not a number ("²" passes isdigit())
+            pass
         try:
             return os.get_terminal_size(self.stream.fileno()).columns
         except (AttributeError, ValueError, OSError, io.UnsupportedOperation):
