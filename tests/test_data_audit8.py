@@ -210,3 +210,16 @@ def test_from_pyg_keeps_a_float_target_of_one_column_as_it_is():
     assert tuple(g.ndata["y"].shape) == (3, 1)
     assert Graph.from_pyg(_Data(edge_index=ei, x=torch.ones(3, 2), y=torch.tensor([[0], [1], [0]]),
                                 num_nodes=3)).labels.tolist() == [0, 1, 0]
+
+
+def test_the_blockwise_checks_name_the_row_past_the_first_block():
+    """The float64 range check and the NaN check run a block of rows at a time
+    (about 4M elements): a bad value past the first block is named by its row."""
+    f = np.zeros((2100, 2000))
+    f[2099, 7] = 1e300
+    with pytest.raises(GdslError, match=r"features value 1e\+300 \(row 2099\) does not fit in float32"):
+        Graph.from_edges([0], [1], 2100, features=f)
+    f[2099, 7] = 0.0
+    f[2098, 1] = np.nan
+    with pytest.raises(GdslError, match=r"features contain NaN or inf \(first at vertex 2098\)"):
+        Graph.from_edges([0], [1], 2100, features=f)

@@ -311,16 +311,23 @@ class Graph:
         return torch.bincount(self.src, minlength=self.num_nodes).to(torch.float32)
 
 
-def _all_finite(t: torch.Tensor, chunk: int = 1 << 22) -> bool:
-    """torch.isfinite(t).all(), a block of rows at a time: no [N, F] bool
-    temporary beside a large feature matrix (helper-8: loading peaked at 4x
-    the data)."""
+def _row_blocks(t: torch.Tensor, chunk: int = 1 << 22):
+    """(first row, block) over `t`, about `chunk` elements a block: checks of a
+    large feature matrix make no [N, F] temporaries (helper-8: loading peaked
+    at 4x the data)."""
+    if t.dim() == 0 or t.numel() <= chunk:
+        yield 0, t
+        return
+    rows = max(1, chunk // max(1, t[0].numel()))
+    for i in range(0, t.shape[0], rows):
+        yield i, t[i:i + rows]
+
+
+def _all_finite(t: torch.Tensor) -> bool:
+    """torch.isfinite(t).all(), a block of rows at a time."""
     if not t.is_floating_point() and not t.is_complex():
         return True
-    if t.dim() == 0 or t.numel() <= chunk:
-        return bool(torch.isfinite(t).all())
-    rows = max(1, chunk // max(1, t[0].numel()))
-    return all(bool(torch.isfinite(t[i:i + rows]).all()) for i in range(0, t.shape[0], rows))
+    return all(bool(torch.isfinite(b).all()) for _, b in _row_blocks(t))
 
 
 def _warn_sparse_labels(labels: torch.Tensor | None, where: str) -> None:
@@ -445,9 +452,11 @@ def _check_dense(x: torch.Tensor, what: str, where: str) -> None:
 def _check_fits_float32(t: torch.Tensor, what: str, where: str) -> None:
     """A finite float64 value beyond float32's range would become inf in the
     conversion (and be reported as "NaN or inf", which the data is not)."""
-    big = torch.isfinite(t) & (t.abs() > torch.finfo(torch.float32).max)
-    if bool(big.any()):
-        at = big.reshape(t.shape[0], -1).any(1).nonzero()[0].item() if t.dim() else 0
-        v = float(t[big][0])
+    for start, block in _row_blocks(t):   # a block of rows at a time (no float64 [N, F] temporaries)
+        big = torch.isfinite(block) & (block.abs() > torch.finfo(torch.float32).max)
+        if not bool(big.any()):
+            continue
+        at = start + (big.reshape(block.shape[0], -1).any(1).nonzero()[0].item() if block.dim() else 0)
+        v = float(block[big][0])
         raise GdslError(f"{where}: {what} value {v:g} (row {at}) does not fit in float32, whose largest is "
                         f"{torch.finfo(torch.float32).max:.4g}; scale the data")
