@@ -196,7 +196,7 @@ def check_out(ap, path) -> None:
         ap.error(f"--out {path}: cannot write there ({e.strerror or e})")
 
 
-def parse_args(argv=None):
+def parse_args(argv=None, frameworks=None):
     import argparse
 
     ap = argparse.ArgumentParser()
@@ -208,6 +208,9 @@ def parse_args(argv=None):
     ap.add_argument("--quick", action="store_true", help="fewer repetitions")
     a = ap.parse_args(argv)
     a.ops = pick(ap, "--ops", a.ops, OPS)
+    if frameworks is not None and a.framework not in frameworks:   # (was: a traceback, or every op "skipped")
+        ap.error(f"--framework: {f'unknown {a.framework!r}' if a.framework else 'required'} "
+                 f"(choose from {', '.join(frameworks)})")
     import graphs   # (bench/, on the path of every peer script)
     pick(ap, "--graph", a.graph, graphs.ALL)
     if a.threads < 1:

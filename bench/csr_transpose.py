@@ -3,7 +3,7 @@ linear.py `transposed`) against multiplying by the CSC view `a.t()` each
 time (what it did before, and what torch's own sparse backward does).
 
     python bench/csr_transpose.py           # Cora and R-MAT N = 100k, degree 16, F = 128
-    python bench/csr_transpose.py --quick   # Cora only
+    python bench/csr_transpose.py --quick   # Cora only (-> bench/.cache/RESULTS-csr-transpose-quick.md)
 
 For gcn.gd and sage.gd on the reference backend: one training epoch
 (forward, loss, backward, Adam; `gdsl.train`'s step, hoisting on), the
@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
+import common  # noqa: E402
 import gdsl  # noqa: E402
 from gdsl.backends.reference import linear  # noqa: E402
 from hoist import _epochs, _rmat_graph  # noqa: E402
@@ -53,9 +54,14 @@ def epoch(path: Path, g, kept: bool) -> float:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=str(HERE / "RESULTS-csr-transpose.md"))
+    ap.add_argument("--quick", action="store_true", help="Cora only")
+    ap.add_argument("--out", default=None, help="report path (default bench/RESULTS-csr-transpose.md; "
+                                                "quick: bench/.cache/RESULTS-csr-transpose-quick.md)")
     args = ap.parse_args(argv)
+    # quick: not tracked (was: it replaced the committed RESULTS-csr-transpose.md)
+    args.out = args.out or str(HERE / (".cache/RESULTS-csr-transpose-quick.md" if args.quick
+                                       else "RESULTS-csr-transpose.md"))
+    common.check_out(ap, args.out)
     cases = [("cora", gdsl.load_graph("cora"))]
     if not args.quick:
         cases.append(("rmat100k-d16-f128", _rmat_graph(100_000, 16, 128)))
@@ -68,7 +74,7 @@ def main(argv=None) -> None:
             rows.append(f"| {gname} | {prog} | {old * 1e3:.1f} | {new * 1e3:.1f} | {old / new:.2f} |")
             print(rows[-1], file=sys.stderr, flush=True)
     load1 = os.getloadavg()[0]
-    text = ["# The CSR backward with A^T kept (`python bench/csr_transpose.py`)", "",
+    text = [f"# The CSR backward with A^T kept (`python bench/csr_transpose.py{' --quick' if args.quick else ''}`)", "",
             f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; torch "
             f"{torch.__version__} ({torch.get_num_threads()} threads); load average {load0:.2f} at the start, "
             f"{load1:.2f} at the end.", "",

@@ -8,7 +8,7 @@ and the scale is applied in place: the same numbers (tests/
 test_executor_numerics.py checks it bit for bit).
 
     python bench/dropout_apply.py            # the ops and gcn.gd's epoch on Cora and CiteSeer
-    python bench/dropout_apply.py --quick    # Cora only
+    python bench/dropout_apply.py --quick    # Cora only (-> bench/.cache/RESULTS-dropout-quick.md)
 
 Times one dropout of the input features (the best of 30; the draw included,
 which neither version changes: torch's CPU generator) and one reference training epoch of
@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
+import common  # noqa: E402
 import gdsl  # noqa: E402
 from gdsl.backends.reference.executor import ReferenceModule  # noqa: E402
 from hoist import _epochs  # noqa: E402
@@ -77,9 +78,13 @@ def measure(g, old: bool) -> tuple[float, float]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=str(HERE / "RESULTS-dropout.md"))
+    ap.add_argument("--quick", action="store_true", help="Cora only")
+    ap.add_argument("--out", default=None,
+                    help="report path (default bench/RESULTS-dropout.md; quick: bench/.cache/RESULTS-dropout-quick.md)")
     args = ap.parse_args(argv)
+    # quick: not tracked (was: it replaced the committed RESULTS-dropout.md)
+    args.out = args.out or str(HERE / (".cache/RESULTS-dropout-quick.md" if args.quick else "RESULTS-dropout.md"))
+    common.check_out(ap, args.out)
     names = ["cora"] if args.quick else ["cora", "citeseer"]
     load0 = os.getloadavg()[0]
     all_threads = torch.get_num_threads()
@@ -98,7 +103,8 @@ def main(argv=None) -> None:
             print(rows[-1], file=sys.stderr, flush=True)
     torch.set_num_threads(all_threads)
     load1 = os.getloadavg()[0]
-    text = ["# Dropout applied without the bool-to-float copy (`python bench/dropout_apply.py`)", "",
+    text = [f"# Dropout applied without the bool-to-float copy (`python bench/dropout_apply.py"
+            f"{' --quick' if args.quick else ''}`)", "",
             f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; torch "
             f"{torch.__version__}; load average {load0:.2f} at the start, {load1:.2f} at the end.", "",
             "Reference backend. `dropout`: one dropout of the input features, p = 0.5, the uniform draw included "

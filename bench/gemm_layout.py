@@ -3,7 +3,7 @@ layouts gdsl/backends/gemm.py chooses between, and one training epoch of
 programs whose last layer is such a product with the choice on and off.
 
     python bench/gemm_layout.py            # the grid, then Cora and R-MAT 100k epochs
-    python bench/gemm_layout.py --quick    # a smaller grid, Cora only
+    python bench/gemm_layout.py --quick    # a smaller grid, Cora only (-> bench/.cache/RESULTS-gemm-quick.md)
 
 Grid: for x [n, din] and W [din, dout], the forward `x @ W` with W
 row-major (gdsl's params) against W column-major (`x @ (W^T)^T`, W^T
@@ -28,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
+import common  # noqa: E402
 import gdsl  # noqa: E402
 from gdsl.backends import gemm  # noqa: E402
 from hoist import _epochs, _rmat_graph  # noqa: E402
@@ -81,17 +82,21 @@ def epoch(path: Path, g, backend: str, on: bool) -> tuple[float, float, list]:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=str(HERE / "RESULTS-gemm.md"))
+    ap.add_argument("--quick", action="store_true", help="a smaller grid, Cora only")
+    ap.add_argument("--out", default=None,
+                    help="report path (default bench/RESULTS-gemm.md; quick: bench/.cache/RESULTS-gemm-quick.md)")
     args = ap.parse_args(argv)
+    # quick: not tracked (was: it replaced the committed RESULTS-gemm.md)
+    args.out = args.out or str(HERE / (".cache/RESULTS-gemm-quick.md" if args.quick else "RESULTS-gemm.md"))
+    common.check_out(ap, args.out)
     load0 = os.getloadavg()[0]
     lines = grid(args.quick)
     backends = ["reference"]
     try:
-        import numba  # noqa: F401
+        import numba
         backends.append("numba")
     except ImportError:
-        pass
+        numba = None
     cases = [("cora", gdsl.load_graph("cora"))]
     if not args.quick:
         cases.append(("rmat100k-d16-f128", _rmat_graph(100_000, 16, 128)))
@@ -108,10 +113,12 @@ def main(argv=None) -> None:
                 print(ep[-1], file=sys.stderr, flush=True)
     load1 = os.getloadavg()[0]
     text = [
-        "# Narrow dense products: row-major W against column-major W (`python bench/gemm_layout.py`)",
+        f"# Narrow dense products: row-major W against column-major W (`python bench/gemm_layout.py"
+        f"{' --quick' if args.quick else ''}`)",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; torch "
-        f"{torch.__version__} ({torch.get_num_threads()} threads); load average {load0:.2f} at the start, "
+        f"{torch.__version__} ({torch.get_num_threads()} threads); "
+        f"numba {numba.__version__ if numba else 'not installed'}; load average {load0:.2f} at the start, "
         f"{load1:.2f} at the end.",
         "",
         f"Rule (gdsl/backends/gemm.py): column-major when dout < {gemm.NARROW} and n * din >= {gemm.BIG}. "

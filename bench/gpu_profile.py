@@ -53,6 +53,8 @@ def main() -> None:
     unknown = sorted(set(a.ops.split(",")) - set(EPOCHS) - set(AGGREGATIONS))
     if unknown:
         ap.error(f"unknown ops {unknown}; known: {', '.join([*EPOCHS, *AGGREGATIONS])}")
+    if a.steps < 1 or a.rows < 1:   # (was: a ZeroDivisionError after the warm-up steps)
+        ap.error(f"--steps and --rows must be at least 1, got {a.steps} and {a.rows}")
 
     from torch.profiler import ProfilerActivity, profile
 

@@ -3,7 +3,7 @@ every epoch (passes/invariant.py; `prog.module(graph, hoist=...)`), against
 PyG's SGConv with `cached=True` / `cached=False` when PyG is installed.
 
     python bench/hoist.py            # Cora, and R-MAT N = 100k, degree 16, F = 128
-    python bench/hoist.py --quick    # Cora only
+    python bench/hoist.py --quick    # Cora only (-> bench/.cache/RESULTS-hoist-quick.md)
 
 For each program (programs/extra/sgc.gd: K = 3 propagations then one linear
 layer; programs/extra/gin.gd; programs/sage.gd), backend (reference, numba)
@@ -36,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(HERE)]
 
+import common  # noqa: E402
 import gdsl  # noqa: E402
 import graphs  # noqa: E402
 
@@ -91,16 +92,22 @@ def _rmat_graph(n: int, deg: int, f: int) -> gdsl.Graph:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--epochs", type=int, default=12)
-    ap.add_argument("--out", default=str(HERE / "RESULTS-hoist.md"))
+    ap.add_argument("--quick", action="store_true", help="Cora only")
+    ap.add_argument("--epochs", type=int, default=12, help="epochs per case, at least 2 (the first is listed apart)")
+    ap.add_argument("--out", default=None,
+                    help="report path (default bench/RESULTS-hoist.md; quick: bench/.cache/RESULTS-hoist-quick.md)")
     args = ap.parse_args(argv)
+    if args.epochs < 2:
+        ap.error(f"--epochs must be at least 2 (the median is of the epochs after the first), got {args.epochs}")
+    # quick: not tracked (was: it replaced the committed RESULTS-hoist.md)
+    args.out = args.out or str(HERE / (".cache/RESULTS-hoist-quick.md" if args.quick else "RESULTS-hoist.md"))
+    common.check_out(ap, args.out)
     backends = ["reference"]
     try:
-        import numba  # noqa: F401
+        import numba
         backends.append("numba")
     except ImportError:
-        pass
+        numba = None
     try:
         import torch_geometric
         pyg = torch_geometric.__version__
@@ -123,10 +130,12 @@ def main(argv=None) -> None:
             rows.append((gname, "PyG SGConv(K=3)", "torch", t))
     load1 = os.getloadavg()[0]
     lines = [
-        "# Hoisting the values that are the same in every epoch (`python bench/hoist.py`)",
+        "# Hoisting the values that are the same in every epoch "
+        f"(`python bench/hoist.py{' --quick' if args.quick else ''}`)",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, {platform.platform()}; torch "
-        f"{torch.__version__} ({torch.get_num_threads()} threads); PyG {pyg or 'not installed'}; "
+        f"{torch.__version__} ({torch.get_num_threads()} threads); "
+        f"numba {numba.__version__ if numba else 'not installed'}; PyG {pyg or 'not installed'}; "
         f"load average {load0:.2f} at the start, {load1:.2f} at the end (other work on the machine "
         "slows every column alike only if it stays the same).",
         "",

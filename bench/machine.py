@@ -151,14 +151,23 @@ def main() -> None:
     ap.add_argument("--gather", nargs="*", default=["100000:2000000"], help="N:E pairs")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     a = ap.parse_args()
+    if a.threads < 1:
+        ap.error(f"--threads must be at least 1, got {a.threads}")
+    sizes = {}
+    for spec in a.gather:   # checked before measuring (was: a ValueError traceback after the triad)
+        try:
+            sizes[spec] = n, e = tuple(int(v) for v in spec.split(":"))
+        except ValueError:
+            n = e = 0
+        if n < 1 or e < 1:
+            ap.error(f"--gather: {spec!r} is not N:E (two positive integers)")
     try:
         import torch
         torch.set_num_threads(a.threads)
     except ImportError:
         pass
     out = {"triad": triad_rates(), "gather": {}}
-    for spec in a.gather:
-        n, e = (int(v) for v in spec.split(":"))
+    for spec, (n, e) in sizes.items():
         out["gather"][spec] = gather_rates(n, e)
     print("@@" + json.dumps(out))
 

@@ -3,7 +3,7 @@ against torch's scatter_reduce (the reference backend, and what PyG's
 `scatter(reduce="max")` runs) and PyG's own call when installed, in one run.
 
     python bench/maxmin.py            # N = 200k, E = 2M (uniform), F = 64
-    python bench/maxmin.py --quick    # N = 20k, E = 200k
+    python bench/maxmin.py --quick    # N = 20k, E = 200k (-> bench/.cache/RESULTS-maxmin-quick.md)
 
 gdsl's backends give each output element's gradient to the edges that tie
 for it, split evenly (gdsl/backends/maxmin.py); the table lists each
@@ -66,6 +66,13 @@ def _case(framework: str, n: int, e: int, f: int) -> dict:
     res["grad_sum"] = float(x.grad.double().sum())
     res["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
     res["threads"] = torch.get_num_threads()
+    res["versions"] = {"torch": torch.__version__}
+    if framework == "gdsl-numba":
+        import numba
+        res["versions"]["numba"] = numba.__version__
+    elif framework == "pyg":
+        import torch_geometric
+        res["versions"]["torch_geometric"] = torch_geometric.__version__
     return res
 
 
@@ -110,6 +117,10 @@ def main() -> None:
         ratio = f"{r['median_s'] / base['median_s']:.2f}" if base else "-"
         lines.append(f"| {fw} | {r['median_s'] * 1e3:.1f} | {r['min_s'] * 1e3:.1f} | {r['first_s'] * 1e3:.0f} | "
                      f"{ratio} | {r['peak_rss_gib']:.2f} | {r['threads']} |")
+    versions = {} if "pyg" in frameworks else {"torch_geometric": "not installed (PyG skipped)"}
+    for r in results.values():
+        versions.update(r["versions"])
+    lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + "."]
     lines += ["", f"Sum of the input gradients (equal when the tie rule agrees): {json.dumps(sums)}", ""]
     out = HERE / (".cache/RESULTS-maxmin-quick.md" if a.quick else "RESULTS-maxmin.md")   # quick: not tracked
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -28,10 +28,14 @@ def main() -> None:
     from torch import nn
 
     torch.set_num_threads(a.threads)
-    import dgl
-    import dgl.nn as dglnn
-
     meta = {"framework": "dgl", "graph": a.graph}
+    try:
+        import dgl
+        import dgl.nn as dglnn
+    except ImportError as e:   # (was: a traceback; run with the main venv's python, say, not bench/.dgl-venv's)
+        common.emit({**meta, "unavailable": f"dgl does not import (run it with bench/.dgl-venv/bin/python): {e}"})
+        return
+
     common.start_watchdog(int(a.cap_gib * common.GIB), meta)
     x_np, y_np, train_np = graphs.vertex_data(graphs.ALL[a.graph][1])
     x, y, train = torch.from_numpy(x_np), torch.from_numpy(y_np), torch.from_numpy(train_np)

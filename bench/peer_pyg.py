@@ -43,7 +43,7 @@ REFERENCE_EDGE_TENSORS = {"copy_sum": 0.3, "copy_mean": 1.2, "src_mul_edge_sum":
 
 
 def main() -> None:
-    a = common.parse_args()
+    a = common.parse_args(frameworks=("pyg", "gdsl-reference", "gdsl-numba"))
     import numpy as np
     import torch
     import torch.nn.functional as F

@@ -461,6 +461,11 @@ def main() -> None:
     ops = common.pick(ap, "--ops", args.ops, common.OPS)
     if args.threads < 1:
         ap.error(f"--threads must be at least 1, got {args.threads}")
+    for flag in ("cap_gib", "timeout"):   # (was: every op skipped, or every process timed out, into a report)
+        if not getattr(args, flag) > 0:
+            ap.error(f"--{flag.replace('_', '-')} must be more than 0, got {getattr(args, flag)}")
+    if args.previous and not Path(args.previous).is_file():   # (was: silently no comparison)
+        ap.error(f"--previous {args.previous}: no such file")
     out = Path(args.out) if args.out else (graphs.CACHE / "RESULTS-quick.md" if args.quick else HERE / "RESULTS.md")
     if args.report_only and not out.with_suffix(".json").is_file():
         ap.error(f"--report-only: no {out.with_suffix('.json')} to rewrite the report from")
@@ -578,7 +583,7 @@ def _tidy_versions(res: dict) -> None:
     v["main"] = main
     d = v.pop("dgl", None)
     if d:
-        v["dgl_env"] = (f"bench/.dgl-venv: dgl {d.get('dgl')}, torch {d.get('torch')} (PyPI's CUDA build, run on "
+        v["dgl_env"] = (f"{_rel(DGL_VENV)}: dgl {d.get('dgl')}, torch {d.get('torch')} (PyPI's CUDA build, run on "
                         f"the CPU), numpy {d.get('numpy')}")
 
 

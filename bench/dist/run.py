@@ -76,6 +76,14 @@ MODELS = [("gcn16", "GCN, hidden 16 (programs/gcn.gd as written)", []),
           ("gcn128", "GCN, hidden 128 (--set hidden=128)", ["--set", "hidden=128"])]
 
 
+def _delay(strat) -> int:
+    """The cd-r delay r a strategy runs with (0 without one): `gdsl run`
+    refuses an r beyond the epochs trained."""
+    flags = strat[3]
+    d = flags[flags.index("--delay") + 1] if "--delay" in flags else ""
+    return int(d) if d.isdigit() else 0
+
+
 def say(msg: str) -> None:
     print(f"[bench/dist {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -526,7 +534,7 @@ def write_report(path: Path, res: dict) -> None:
         L.append("")
         skipped = [s for s in res.get("skipped", []) if s.startswith(mkey)]
         if skipped:
-            L.append("Not run (time budget, `--budget-min`): " + ", ".join(skipped))
+            L.append("Not run: " + ", ".join(skipped))
             L.append("")
     if res.get("notes"):
         L.append("## Notes")
@@ -604,9 +612,13 @@ def main() -> None:
     ap.add_argument("--python", default=None, help="Python with torch + mpi4py for the ranks (default: this one)")
     ap.add_argument("--out", default=None, help="report path (default bench/dist/RESULTS.md)")
     args = ap.parse_args()
-    for flag in ("n", "epochs"):   # (was: 0 silently became the default, -1 failed every run with exit 0)
+    # (was: 0 silently became the default, -1 failed every run with exit 0; --f/--deg/--classes 0 a traceback)
+    for flag in ("n", "epochs", "deg", "f", "classes"):
         if getattr(args, flag) is not None and getattr(args, flag) < 1:
             ap.error(f"--{flag} must be at least 1, got {getattr(args, flag)}")
+    for flag in ("timeout", "budget_min"):   # (was: every run timed out, or none ran, into a report)
+        if not getattr(args, flag) > 0:
+            ap.error(f"--{flag.replace('_', '-')} must be more than 0, got {getattr(args, flag)}")
     if args.warmup is not None and args.warmup < 0:
         ap.error(f"--warmup must be at least 0, got {args.warmup}")
     if args.threads != "auto" and not (args.threads.isdigit() and int(args.threads) >= 1):
@@ -640,6 +652,12 @@ def main() -> None:
     partial = workdir / "partial-RESULTS.json"   # a copy under .cache, updated after every run
     models = [m for m in MODELS if m[0] in chosen_models]
     strats = [s for s in STRATEGIES if chosen is None or s[0] in chosen]
+    if not any(P in s[4] for s in strats for P in nps):   # (was: an empty report written over RESULTS.md)
+        ap.error(f"no run: none of the strategies runs at --nps {args.nps} ("
+                 + "; ".join(f"{s[0]} at P = {','.join(map(str, s[4]))}" for s in strats) + ")")
+    if all(_delay(s) > args.epochs for s in strats):
+        ap.error(f"no run: {', '.join(s[0] for s in strats)} needs --epochs >= {min(_delay(s) for s in strats)} "
+                 f"(gdsl run refuses a cd-r delay beyond the epochs trained), got {args.epochs}")
 
     if args.report_only:
         res = json.loads(out_json.read_text())
@@ -691,8 +709,12 @@ def main() -> None:
     plan = []
     for model in models:
         for strat in strats:
+            delay = _delay(strat)
             for P in strat[4]:
-                if P in nps:
+                if P in nps and delay > args.epochs:
+                    # gdsl run refuses a cd-r delay beyond the epochs trained (was: a failed row per P)
+                    res["skipped"].append(f"{model[0]} {strat[1]} P={P} (cd-{delay} needs --epochs >= {delay})")
+                elif P in nps:
                     plan.append((model, strat, P, env, f"{model[0]}-{strat[0]}-P{P}"))
             if strat[0] == "replicate" and 1 in nps and args.threads != "auto":
                 e2 = dict(env)
@@ -702,7 +724,7 @@ def main() -> None:
 
     for i, (model, strat, P, e, rid) in enumerate(plan):
         if (time.perf_counter() - t_start) / 60 > args.budget_min:
-            res["skipped"].append(f"{model[0]} {strat[1]} P={P}")
+            res["skipped"].append(f"{model[0]} {strat[1]} P={P} (time budget, `--budget-min`)")
             continue
         say(f"[{i + 1}/{len(plan)}] {rid} ...")
         rec = bench_one(args, graph, model, strat, P, e, workdir, rid)
