@@ -37,6 +37,13 @@ def layer_widths(lowered: Module) -> list:
     return [width(first)] + [width(op.result.type) for op in calls]
 
 
+def layer_scopes(lowered: Module) -> list[str]:
+    """The scope of each layer call, in layer_widths' order: the inlined ops
+    of layer l carry scopes[l - 1], which is where the partition pass writes
+    layer l's predicted collectives."""
+    return [op.attrs["scope"] for op in lowered.main.ops if op.name == "call"]
+
+
 @dataclass
 class Plan:
     problem: Problem
@@ -46,6 +53,7 @@ class Plan:
     hinted: bool = False             # the choice is the schedule's partition hint, not the model's fastest
     skipped: str | None = None       # the model's fastest, when the ranks cannot run it (`runnable`)
     runner_up: str | None = None     # then: the next plan the ranks can run
+    scopes: list | None = None       # each layer call's scope (`GCNConv_1`): layer l's is scopes[l - 1]
 
 
 def measure_partitions(src, dst, num_nodes: int, P: int, seed: int = 0) -> tuple[dict, dict]:
@@ -92,7 +100,7 @@ def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float |
     numeric = all(sympy.sympify(w).is_number for w in widths) and "N" in dims and "E" in dims
     if not numeric:
         pb = Problem(P=P, widths=tuple(widths))
-        return Plan(pb, None, widths)
+        return Plan(pb, None, widths, scopes=layer_scopes(lowered))
     pb = Problem(N=dims["N"], E=dims["E"], P=P, widths=tuple(int(w) for w in widths))
     profile = load_profile() if profile is None else profile
     stats, how = ({}, {}) if graph is None else measure_partitions(graph.src, graph.dst, graph.num_nodes, P)
@@ -102,7 +110,7 @@ def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float |
     hinted = False
     if hint is not None:
         choice, hinted = hinted_choice(choice, hint, delay, P)
-    return Plan(pb, choice, widths, profile, hinted)
+    return Plan(pb, choice, widths, profile, hinted, scopes=layer_scopes(lowered))
 
 
 def _replicas(spec, P: int):

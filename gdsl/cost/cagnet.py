@@ -35,8 +35,8 @@ def replicate(problem: Problem = SYMBOLIC, *, orders=None) -> Cost:
 def rows(problem: Problem = SYMBOLIC, *, partition: str = "hash", orders=None) -> Cost:
     """1D block rows (CAGNET §IV-A, Algorithm 1).
 
-    Vertices are hash-partitioned or randomly permuted first (CAGNET §V-A
-    "for load balancing, graph vertices are randomly permuted"), so each rank
+    Vertices are hash-partitioned or randomly permuted first (CAGNET §IV-A-6
+    compares METIS with its "random block row distribution"), so each rank
     holds N/P rows and about E/P nonzeros; the partition only changes balance.
     Every SpMM broadcasts its dense input block by block:
     T_comm = alpha (P-1) + (P-1)/P beta n f (§IV-A-1, eq. 1 and 3), and the

@@ -25,7 +25,10 @@ def _from_candidate(cand, P: int, approximate: bool) -> str | None:
     if name == "edge_cut":
         return "rows(metis)"
     if name == "rows_replicated":
-        return f"rows_replicated({int(params['c'])})"
+        reps = int(params["c"])
+        # the ranks run whole broadcast stages only, c*c | P (graph/partition.py); the model prices
+        # every c with c | P, c*c <= P (was: auto chose rows_replicated(3) at P = 24, refused at partitioning)
+        return f"rows_replicated({reps})" if P % (reps * reps) == 0 else None
     if name == "redistribute":
         ra = params.get("R_A")
         return "redistribute" if ra is None or int(ra) == P else f"redistribute({int(ra)})"

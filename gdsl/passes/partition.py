@@ -52,10 +52,16 @@ class Partition:
             module.attrs["plan"]["chosen_by"] = "hint"   # the schedule's partition, as `run --np` executes it
         if result.skipped:
             module.attrs["plan"]["fastest_not_runnable"] = result.skipped   # priced fastest, the ranks cannot run it
-        # every collective the plan predicts, on the aggregation of its layer
-        # (layer l = the l-th aggregate in program order); the weight-gradient
-        # all-reduces and other per-layer collectives too
+        # every collective the plan predicts, on the first aggregation of its
+        # layer (layer l = the l-th layer call, whose inlined ops carry its
+        # scope; was: the l-th aggregation in program order, which put layer
+        # 2's collectives on layer 1's second aggregation in dir_sage.gd and
+        # pna_lite.gd); the weight-gradient all-reduces and other per-layer
+        # collectives too. A layer without an aggregation (a Linear layer, one
+        # whose aggregation CSE shared with another call) has them on the
+        # module's plan, named by its scope
         aggs = [op for op in module.main.ops if op.name in ("aggregate", "gather", "gat_aggregate")]
+        scopes = result.scopes or []
         per_layer: dict[int, list[str]] = {}
         for oc in best.cost.ops:
             if oc.kind != "comm":
@@ -63,10 +69,12 @@ class Partition:
             words = float(oc.words) * float(oc.count)
             per_layer.setdefault(int(oc.layer), []).append(f"{'fwd' if oc.phase == 'forward' else 'bwd'} {oc.op} {_words(words)}")
         for layer, items in per_layer.items():
-            if 1 <= layer <= len(aggs):
-                aggs[layer - 1].attrs["comm"] = "; ".join(items)
+            scope = scopes[layer - 1] if 1 <= layer <= len(scopes) else None
+            mine = [op for op in aggs if scope is not None and op.attrs.get("scope") == scope]
+            if mine:
+                mine[0].attrs["comm"] = "; ".join(items)
             else:
-                module.attrs["plan"].setdefault("comm", []).extend(items)
+                module.attrs["plan"].setdefault("comm", []).extend(f"{scope}: {i}" if scope else i for i in items)
         return module
 
 

@@ -1,0 +1,70 @@
+"""helper-17's audit of docs/architecture.md, cost-model.md and distributed.md:
+regressions for what the audit found in the code."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from gdsl.compiler import compile_source
+
+ROOT = Path(__file__).resolve().parent.parent
+CORA = {"F": 1433, "C": 7, "N": 2708}
+
+
+def _compile_np4(path: str):
+    src = (ROOT / path).read_text()
+    return compile_source(src, path, dims=dict(CORA), ranks=4, edges=13264).module
+
+
+def _aggregations(module):
+    return [op for op in module.main.ops if op.name in ("aggregate", "gather", "gat_aggregate")]
+
+
+def test_compile_np_puts_each_layers_collectives_on_its_own_aggregation():
+    # dir_sage.gd has two aggregations per layer (in- and out-edges): layer 2's
+    # predicted collectives (its f_1 x f_2 = 16 x 7 weight gradient) went on
+    # layer 1's second aggregation, and layer 2's aggregations had none
+    module = _compile_np4("programs/extra/dir_sage.gd")
+    with_comm = [op for op in _aggregations(module) if "comm" in op.attrs]
+    assert [op.attrs["scope"] for op in with_comm] == ["DirSAGEConv_1", "DirSAGEConv_2"]
+    assert "bwd allreduce 22.9K words" in with_comm[0].attrs["comm"]   # 1433 x 16
+    assert "bwd allreduce 112 words" in with_comm[1].attrs["comm"]     # 16 x 7
+    assert "comm" not in module.attrs["plan"]
+
+
+def test_compile_np_names_the_layer_of_collectives_without_an_aggregation():
+    # appnp.gd: two Linear layers (no aggregation), then five propagations;
+    # the Linear layers' collectives went on the first two propagations and
+    # the last two propagations' on the module, unnamed
+    module = _compile_np4("programs/extra/appnp.gd")
+    scopes = [op.attrs["scope"] for op in _aggregations(module) if "comm" in op.attrs]
+    assert scopes == [f"PPR_{k}" for k in range(1, 6)]
+    extra = module.attrs["plan"]["comm"]
+    assert extra and all(item.startswith(("Linear_1: ", "Linear_2: ")) for item in extra)
+    assert "Linear_1: bwd allreduce 91.7K words" in extra                # 1433 x 64
+
+
+def test_compile_np_gcn_collectives_unchanged():
+    module = _compile_np4("programs/gcn.gd")
+    comms = [op.attrs.get("comm") for op in _aggregations(module)]
+    assert comms[0].endswith("bwd allreduce 22.9K words") and comms[1].endswith("bwd allreduce 112 words")
+
+
+def test_auto_plan_skips_rows_replicated_whose_c_squared_does_not_divide_P():
+    # the cost model prices rows_replicated(c) for every c | P with c*c <= P, but
+    # the ranks need c*c | P: at P = 24 `partition = auto` (and `gdsl compile
+    # --np 24`) chose rows_replicated(3), which partitioning then refused
+    src = (ROOT / "programs" / "gcn.gd").read_text()
+    plan = compile_source(src, "gcn.gd", dims={"F": 16, "C": 4, "N": 10000}, ranks=24, edges=226784).module.attrs["plan"]
+    assert plan["fastest_not_runnable"] == "rows_replicated(c=3)"
+    assert plan["strategy"] == "rows_replicated(c=2)"   # 4 | 24
+    assert plan["runner_up"] != "rows_replicated(c=4)"   # 16 does not divide 24 either
+
+
+def test_rows_replicated_candidate_is_executable_only_when_c_squared_divides_P():
+    from gdsl.cost import Problem, choose
+    from gdsl.dist.cli_run import _from_candidate
+
+    ch = choose(Problem(N=10000, E=226784, F=16, H=16, C=4, L=2, P=24), None)
+    texts = {c.name: _from_candidate(c, 24, False) for c in ch.candidates if c.cost.strategy == "rows_replicated"}
+    assert texts == {"rows_replicated(c=2)": "rows_replicated(2)", "rows_replicated(c=3)": None,
+                     "rows_replicated(c=4)": None}
