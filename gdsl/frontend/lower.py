@@ -677,10 +677,11 @@ class Lowerer:
         for t in terms(e):
             ms = matmuls(t)
             if len(ms) > 1:
+                # (the apply: concat(h @ W0, a @ W1) has no terms to split; was not said)
                 self.diags.error(ms[-1].span if ms[-1].span.line else t.span,
                                  "a transform term may hold at most one '@ param' product; "
                                  "split it into two terms, or a chain (a @ W1 @ W2) into two transform "
-                                 "statements or two layers")
+                                 "statements or two layers, or compute it in an apply, which may hold any number")
                 raise _Bail()
 
     def gather(self, e: ast.Expr, sc: _Scope) -> Value:
@@ -781,7 +782,9 @@ class Lowerer:
             case ast.Call():
                 return self.call(e, sc)
             case ast.Index(base=ast.Name(id=n)) if n in self.prog.layers:
-                self.error(e.span, f"layer '{n}' must be called: {ast.format_expr(e)}(x)")
+                # with its own tensor arguments, as for a bare `L` (was `(x)`, also for a layer of two)
+                args = ", ".join(a.name for a in self.prog.layers[n].args)
+                self.error(e.span, f"layer '{n}' must be called: {ast.format_expr(e)}({args})")
             case ast.ListExpr():
                 self.error(e.span, "a list is not a tensor")
             case ast.Index():
@@ -891,7 +894,10 @@ class Lowerer:
             axis = self.static_int(kw["axis"], sc.env, "axis", lo=None) if "axis" in kw else -1
             return self.emit(sc, name, [self.expr(e.args[0], sc)], {"axis": axis}, s)
         if name == "concat":
-            if len(e.args) < 2 or e.kwargs:
+            if e.kwargs:   # was: "takes two or more tensors" for concat(a, b, axis = 0)
+                self.error(e.kwargs[0].span, f"concat has no option '{e.kwargs[0].name}'; it joins "
+                                             "its tensors along the last feature axis")
+            if len(e.args) < 2:
                 self.error(s, "concat takes two or more tensors")
             return self.emit(sc, "concat", [self.expr(a, sc) for a in e.args], {}, s)
         if name == "flatten":
