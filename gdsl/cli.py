@@ -364,7 +364,7 @@ def cmd_plan(args, parser) -> int:
                                                         train=args.train, delay=d).module)
         if ran.skipped:
             best = ran.choice.best
-            print(f"runs: the ranks cannot run {ran.skipped} for this program yet, so `gdsl run --np {args.np_}` "
+            print(f"runs: the ranks cannot run {ran.skipped} {ran.skipped_why}, so `gdsl run --np {args.np_}` "
                   f"and `gdsl compile --np` take {best.name} ({fmt_time(best.time)} per epoch predicted)")
     if args.json:
         from gdsl.runtime.files import write_json

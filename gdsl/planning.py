@@ -53,6 +53,7 @@ class Plan:
     hinted: bool = False             # the choice is the schedule's partition hint, not the model's fastest
     skipped: str | None = None       # the model's fastest, when the ranks cannot run it (`runnable`)
     runner_up: str | None = None     # then: the next plan the ranks can run
+    skipped_why: str = ""            # then: why ("for this program yet", "on 24 ranks (...)")
     scopes: list | None = None       # each layer call's scope (`GCNConv_1`): layer l's is scopes[l - 1]
 
 
@@ -156,12 +157,14 @@ def runnable(result: Plan, optimised: Callable[[int | str], Module]) -> Plan:
     found = first_runnable(result.choice, int(result.problem.P), optimised)
     if found is None or found[0] is result.choice.best:
         return result
+    from gdsl.dist.cli_run import why_not_runnable
     cand, best = found[0], result.choice.best
-    why = f"{cand.name}: the cost model's fastest, {best.name}, cannot run this program yet ({result.choice.reason})"
+    because = why_not_runnable(best, int(result.problem.P))
+    why = f"{cand.name}: the ranks cannot run the cost model's fastest, {best.name}, {because} ({result.choice.reason})"
     rest = replace(result.choice, candidates=tuple(c for c in result.choice.candidates if c is not cand))
     runner = first_runnable(rest, int(result.problem.P), optimised)
     return replace(result, choice=replace(result.choice, best=cand, reason=why), skipped=best.name,
-                   runner_up=runner[0].name if runner else "none")
+                   runner_up=runner[0].name if runner else "none", skipped_why=because)
 
 
 def hinted_choice(choice: Choice, hint: str, delay, P: int) -> tuple[Choice, bool]:

@@ -68,3 +68,23 @@ def test_rows_replicated_candidate_is_executable_only_when_c_squared_divides_P()
     texts = {c.name: _from_candidate(c, 24, False) for c in ch.candidates if c.cost.strategy == "rows_replicated"}
     assert texts == {"rows_replicated(c=2)": "rows_replicated(2)", "rows_replicated(c=3)": None,
                      "rows_replicated(c=4)": None}
+
+
+def test_a_plan_skipped_for_its_rank_count_is_not_blamed_on_the_program():
+    # `gdsl plan` / `gdsl run --np 24` said the ranks "cannot run rows_replicated(c=3)
+    # for this program yet"; the program is fine, 9 does not divide 24
+    from gdsl.cost import Problem, choose
+    from gdsl.dist.cli_run import why_not_runnable
+    from gdsl.planning import plan, runnable
+
+    src = (ROOT / "programs" / "gcn.gd").read_text()
+    dims = {"F": 16, "C": 4, "N": 10000}
+    lowered = compile_source(src, "gcn.gd", dims=dims, stop_after="lower").module
+    ran = runnable(plan(lowered, {**dims, "E": 226784}, 24),
+                   lambda d: compile_source(src, "gcn.gd", dims=dims, delay=d).module)
+    assert ran.skipped == "rows_replicated(c=3)" and ran.choice.best.name == "rows_replicated(c=2)"
+    assert ran.skipped_why == "on 24 ranks (1.5D needs c*c = 9 to divide P)"
+    assert "cannot run the cost model's fastest, rows_replicated(c=3), on 24 ranks" in ran.choice.reason
+    ch = choose(Problem(N=10000, E=226784, F=16, H=16, C=4, L=2, P=24), None)
+    whys = {c.name: why_not_runnable(c, 24) for c in ch.candidates}
+    assert whys["rows_replicated(c=2)"] == whys["replicate"] == "for this program yet", whys

@@ -42,6 +42,17 @@ def _from_candidate(cand, P: int, approximate: bool) -> str | None:
 MODELLED_ONLY = ("grid2d", "grid3d")   # priced by the cost model (gdsl plan), not executed
 
 
+def why_not_runnable(cand, P: int) -> str:
+    """Why the ranks skip `cand`, as the words after "cannot run PLAN": its
+    rank count for a 1.5D plan whose c*c does not divide P (was: "for this
+    program yet" there too, which blamed the program)."""
+    params = dict(cand.cost.params)
+    if cand.cost.strategy == "rows_replicated" and P % (int(params["c"]) ** 2):
+        c = int(params["c"])
+        return f"on {P} ranks (1.5D needs c*c = {c * c} to divide P)"
+    return "for this program yet"
+
+
 def refuse_modelled_only(partition: str | None) -> None:
     if partition is not None and partition.split("(")[0].strip() in MODELLED_ONLY:
         raise GdslError(f"--partition {partition}: grid2d and grid3d are modelled by the cost model (gdsl plan) "
@@ -103,7 +114,8 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
                 cand, spec = found
                 if not quiet:
                     note = "" if cand is pl.choice.best else \
-                        f" (the model's fastest, {pl.choice.best.name}, cannot run this program yet)"
+                        f" (the ranks cannot run the model's fastest, {pl.choice.best.name}, " \
+                        f"{why_not_runnable(pl.choice.best, P)})"
                     if delay != 0 and spec.strategy != "vertex_cut":
                         note += f"; delay = {delay} applies to vertex_cut only, so this plan is exact"
                     # the model's name (edge_cut(S=145): S halo rows) and the plan the ranks run under it (was:
