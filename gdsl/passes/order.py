@@ -240,8 +240,15 @@ def _other_reader_where(f, users: dict, t: Op, agg: Op, scale: Op | None) -> str
     for v, next_op in chain:
         others = [u for u in users.get(v, []) if u is not next_op]
         if others or v in f.results:
-            lines = [u.span.line for u in others if u.span.line > 0]
-            return f"at line {min(lines)}" if lines else "as a result"
+            located = sorted((u for u in others if u.span.line > 0), key=lambda u: u.span.line)
+            if not located:
+                return "as a result"
+            first = located[0]
+            if first.name in ("aggregate", "gat_aggregate"):
+                # fuse folded the scatter that reads it into the gather, which keeps the gather's line
+                # (was: "at line 15", the gather `a2 = sum(m2)`, though line 14's scatter reads it; helper-15)
+                return f"by the message of the gather at line {first.span.line}"
+            return f"at line {first.span.line}"
     return "elsewhere"
 
 
