@@ -53,6 +53,8 @@ def test_dist_refuses_a_plan_with_no_run(tmp_path):
     ("dist/run.py", ("--f", "0"), "--f must be at least 1"),
     # gdsl run refuses a cd-r delay beyond the epochs (was: a failed row per P, the report written anyway)
     ("dist/run.py", ("--strategies", "vc_cd5", "--epochs", "3"), "vc_cd5 needs --epochs >= 5"),
+    # ... also when the others chosen do not run at --nps (was: nothing run, an empty report written)
+    ("dist/run.py", ("--strategies", "vc_cd5,replicate", "--nps", "2", "--epochs", "3"), "vc_cd5 needs --epochs >= 5"),
     ("run.py", ("--cap-gib", "0"), "--cap-gib must be more than 0"),
     ("run.py", ("--timeout", "-1"), "--timeout must be more than 0"),
     ("run.py", ("--previous", "/nonexistent/RESULTS.json"), "no such file"),
@@ -60,3 +62,24 @@ def test_dist_refuses_a_plan_with_no_run(tmp_path):
 def test_runners_refuse_limits_that_would_fail_every_run(script, args, says, tmp_path):
     assert says in _refused(script, *args, "--out", str(tmp_path / "r.md"))
     assert not (tmp_path / "r.md").exists()
+
+
+def test_readme_says_which_scripts_take_quick():
+    # the README said every script takes --quick but gpu.py and fused_update.py:
+    # machine.py and gpu_profile.py refused it (`unrecognized arguments: --quick`)
+    import re
+
+    readme = (ROOT / "bench" / "README.md").read_text()
+    sections = re.findall(r"^## .*\(`python bench/(\S+\.py)`\)$", readme, re.M)
+    assert "maxmin.py" in sections and "dist/run.py" in sections and "gpu.py" in sections
+
+    def takes_quick(script: str) -> bool:
+        r = subprocess.run([sys.executable, str(ROOT / "bench" / script), "--help"], capture_output=True,
+                           text=True, timeout=60, cwd=ROOT)
+        assert r.returncode == 0, r.stderr
+        return "--quick" in r.stdout
+
+    assert [s for s in sections if s != "gpu.py" and not takes_quick(s)] == []
+    for script in ("machine.py", "fused_update.py", "gpu_profile.py"):
+        assert not takes_quick(script) and f"`{script}`" in readme
+    assert "`machine.py` and `fused_update.py` take no `--quick`" in readme

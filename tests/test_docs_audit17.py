@@ -88,3 +88,24 @@ def test_a_plan_skipped_for_its_rank_count_is_not_blamed_on_the_program():
     ch = choose(Problem(N=10000, E=226784, F=16, H=16, C=4, L=2, P=24), None)
     whys = {c.name: why_not_runnable(c, 24) for c in ch.candidates}
     assert whys["rows_replicated(c=2)"] == whys["replicate"] == "for this program yet", whys
+    # docs/cli.md's `runs:` line names this reason too (was: only "for this program")
+    cli_md = " ".join((ROOT / "docs" / "cli.md").read_text().split())
+    assert f"cannot run rows_replicated(c=3) {ran.skipped_why}, so" in cli_md
+
+
+def test_compile_np_layer_scopes_follow_repeat_and_shared_aggregations():
+    # the cost model's layer l is the l-th call after `repeat` is unrolled (sgc.gd: Prop_1..3,
+    # parameter-free, then Linear_1); a call whose aggregation CSE merged into another's (two
+    # `Prop(X)`) has its collectives on the plan, named by its scope, not on the other call's
+    module = _compile_np4("programs/extra/sgc.gd")
+    with_comm = {op.attrs["scope"]: op.attrs["comm"] for op in _aggregations(module) if "comm" in op.attrs}
+    assert list(with_comm) == ["Prop_1", "Prop_2", "Prop_3"]
+    assert all(c.endswith("bwd allreduce 2.05M words") for c in with_comm.values())   # 1433 x 1433, as priced
+    assert module.attrs["plan"]["comm"][-1] == "Linear_1: bwd allreduce 10K words"      # 1433 x 7
+    src = (ROOT / "programs" / "extra" / "sgc.gd").read_text().replace(
+        "    h = X\n    repeat K {\n        h = Prop(h)\n    }\n", "    h = Prop(X) + Prop(X)\n")
+    module = compile_source(src, "two.gd", dims=dict(CORA), ranks=4, edges=13264).module
+    assert [op.attrs["scope"] for op in _aggregations(module)] == ["Prop_1"]
+    assert "comm" in _aggregations(module)[0].attrs
+    props = [i for i in module.attrs["plan"]["comm"] if i.startswith("Prop_")]
+    assert props and all(i.startswith("Prop_2: ") for i in props) and "Prop_2: bwd allreduce 2.05M words" in props

@@ -655,8 +655,11 @@ def main() -> None:
     if not any(P in s[4] for s in strats for P in nps):   # (was: an empty report written over RESULTS.md)
         ap.error(f"no run: none of the strategies runs at --nps {args.nps} ("
                  + "; ".join(f"{s[0]} at P = {','.join(map(str, s[4]))}" for s in strats) + ")")
-    if all(_delay(s) > args.epochs for s in strats):
-        ap.error(f"no run: {', '.join(s[0] for s in strats)} needs --epochs >= {min(_delay(s) for s in strats)} "
+    # of those that run at --nps (was: all strategies, so `--strategies vc_cd5,replicate --nps 2
+    # --epochs 3` ran nothing and wrote an empty report)
+    at_nps = [s for s in strats if any(P in s[4] for P in nps)]
+    if all(_delay(s) > args.epochs for s in at_nps):
+        ap.error(f"no run: {', '.join(s[0] for s in at_nps)} needs --epochs >= {min(_delay(s) for s in at_nps)} "
                  f"(gdsl run refuses a cd-r delay beyond the epochs trained), got {args.epochs}")
 
     if args.report_only:
