@@ -10,6 +10,7 @@ import torch
 
 import gdsl
 from helpers import random_graph
+from test_passes_semantics import DENSE as _ONE_DENSE
 
 LAYER = """graph G
 input X : vertex f32[F]
@@ -97,27 +98,8 @@ def test_regrouped_edge_factors_keep_their_value(msg, weight):
     torch.testing.assert_close(m(), agg @ W, rtol=1e-5, atol=1e-4)
 
 
-DENSE = """graph G
-input X : vertex f32[F]
-{INPUTS}input Y : vertex label[C]
-mask train
-
-layer Dense[d](h: [din]) -> [d] {
-    param W : f32[din, d] = glorot
-    transform t = h @ W
-    sync      s = sum(t)
-    apply     out = {APPLY}
-    return out
-}
-
-model M {
-    {BODY}
-}
-
-train t {
-    loss = cross_entropy(Y, mask = train)
-}
-"""
+# test_passes_semantics' one-layer program, with room for more inputs and another model body
+DENSE = _ONE_DENSE.replace("input Y", "{INPUTS}input Y").replace("    return Dense[3](X)\n", "    {BODY}\n")
 
 
 def _dense(apply: str = "s", body: str = "return Dense[3](X)", inputs: str = "", g=None):
