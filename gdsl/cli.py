@@ -686,6 +686,8 @@ def cmd_partition(args, parser) -> int:
         parser.error("--np must be at least 1")
     if not args.out.strip():
         parser.error("--out: empty (give a directory)")   # was: the files went to the working directory
+    if args.split < 0:   # a usage error, as for `run` (was: exit 1, after compiling the program)
+        parser.error(f"--split must be at least 0, got {args.split}")
     prog = gdsl.compile(args.program, train=args.train, **_overrides(args.set, parser))
     graph = load_graph(args.data, split=args.split)   # as typed, for its errors (was: always split 0; helper-70)
     _warn_unread(prog.checked, graph)

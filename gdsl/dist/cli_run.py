@@ -298,7 +298,7 @@ def run_distributed(args, prog, graph, data) -> int:
         temp_parts_dir,
         under_launcher,
     )
-    from gdsl.dist.run import graph_key, write_partition
+    from gdsl.dist.run import check_out_dir, graph_key, write_partition
     from gdsl.planning import idle_ranks_warning
 
     if under_launcher():
@@ -324,6 +324,8 @@ def run_distributed(args, prog, graph, data) -> int:
                 note_recorded_only(prog)
                 print(f"gdsl run: using the partition in {parts}", file=sys.stderr)
             else:
+                if args.parts:
+                    check_out_dir(args.parts)
                 spec = choose_spec(prog, graph, P, args.partition, args.delay, args.halo, args.seed,
                                    args.mem_per_rank)
                 check_delay(spec.delay, _epochs(args, prog))
@@ -405,7 +407,7 @@ def _run_as_rank(args, prog, graph) -> int:
     from mpi4py import MPI
 
     from gdsl.dist import worker
-    from gdsl.dist.run import write_partition
+    from gdsl.dist.run import check_out_dir, write_partition
     from gdsl.dist.stop import catch_signals
     catch_signals()
     comm = MPI.COMM_WORLD
@@ -424,6 +426,7 @@ def _run_as_rank(args, prog, graph) -> int:
                 started = f"--np is {size}" if args.np_ is not None else f"the launcher started {size}"
                 _check_existing(Path(parts), size, prog, graph, args.partition, args.delay, args.halo, started)
             elif not part_path(parts, 0).exists():
+                check_out_dir(parts)
                 spec = choose_spec(prog, graph, size, args.partition, args.delay, args.halo, args.seed,
                                    args.mem_per_rank)
                 check_delay(spec.delay, _epochs(args, prog))
@@ -450,10 +453,26 @@ def _run_as_rank(args, prog, graph) -> int:
 
 
 def cmd_partition(args, prog, graph) -> int:
-    spec = choose_spec(prog, graph, args.np_, args.partition, args.delay, args.halo, args.seed, args.mem_per_rank)
-    from gdsl.dist.run import write_partition
-    info = write_partition(prog, graph, spec, args.np_, args.out)
-    print(f"wrote {args.np_} partition files to {args.out} ({spec.describe()}, {info['seconds']:.2f} s)")
+    from gdsl.dist.run import check_out_dir, write_partition
+    from gdsl.runtime.signals import Terminated, stop_on_signals
+    # SIGTERM and SIGHUP stop it as Ctrl-C does, with its files removed (was: killed with a temporary
+    # file left in --out)
+    check_out_dir(args.out)
+    with stop_on_signals():
+        spec = choose_spec(prog, graph, args.np_, args.partition, args.delay, args.halo, args.seed,
+                           args.mem_per_rank)
+        try:
+            info = write_partition(prog, graph, spec, args.np_, args.out)
+        except (KeyboardInterrupt, Terminated):
+            if not part_path(args.out, 0).exists():
+                print(f"gdsl partition: stopped before every file was written: {args.out} holds no partition a "
+                      "run would take", file=sys.stderr)
+            raise
+    from gdsl.planning import idle_ranks_warning
+    if spec.strategy != "replicate" and (idle := idle_ranks_warning(args.np_, graph.num_nodes)):
+        print(f"gdsl partition: warning: {idle}", file=sys.stderr)   # as `gdsl run --np` says it (was: not a word)
+    print(f"wrote {args.np_} partition file{'s' if args.np_ != 1 else ''} to {args.out} ({spec.describe()}, "
+          f"{info['seconds']:.2f} s)")
     for k, v in info.items():
         if k not in ("P", "strategy", "seconds"):
             print(f"  {k}: {v}")

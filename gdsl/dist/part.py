@@ -443,9 +443,13 @@ def save_part(pr: RankPart, directory: str | Path, meta: dict) -> Path:
               "content": content_digest(arrays), **meta}
     arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
     path = part_path(directory, pr.rank)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **arrays)
-    os.replace(tmp, path)
+    tmp = path.with_name(path.name + ".tmp.npz")   # (write_partition removes what a killed gdsl left)
+    try:
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    except BaseException:   # a full disk, Ctrl-C, SIGTERM: no half-written file left behind (was: kept)
+        tmp.unlink(missing_ok=True)
+        raise
     return path
 
 

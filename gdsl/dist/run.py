@@ -77,10 +77,13 @@ def other_graph(was: str | None, now: str) -> str:
 
 def write_partition(prog, graph, spec, P: int, out: str | Path) -> dict:
     """Partition `graph` for `prog` (a gdsl.Program) over P ranks into `out`."""
-    from gdsl.dist.part import build_parts, partition_key, save_part
+    from gdsl.dist.part import build_parts, part_path, partition_key, save_part
     from gdsl.runtime.binding import bind_dims, check_masks
 
     check_masks(prog.checked, graph)
+    out = Path(out)
+    check_out_dir(out)
+    summary = out / "partition.json"
     dims = bind_dims(prog.checked, graph)
     opts = prog.checked.graph_options
     g = graph.with_options(self_loops=opts.get("self_loops", False), symmetric=opts.get("symmetric", False))
@@ -89,18 +92,25 @@ def write_partition(prog, graph, spec, P: int, out: str | Path) -> dict:
     meta = {"dims": dims, "program": program_key(prog.source, prog.overrides, prog.train_name),
             "graph": graph_key(graph), "strategy": spec.describe(), "graph_name": graph.name,
             "partition": partition_key(parts)}
-    out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
         raise   # a file where the directory goes: the CLI's own message
     except OSError as e:   # was: "/proc/x: no such file" (helper-72)
         raise GdslError(f"{out}: cannot create the directory ({e.strerror or e})") from None
-    for old in out.glob("part-*.npz"):
-        rank = old.stem.split("-", 1)[1]
-        if rank.isdigit() and int(rank) >= P and _is_part_file(old):
-            old.unlink()  # a stale file of a larger earlier partition (gdsl's own files only)
-    for pr in parts:
+    # part-0 is the file `gdsl run --parts` looks for and checks: removed first, written last, so a partition
+    # stopped halfway (Ctrl-C, SIGTERM, a full disk) leaves no part-0 and no run takes the directory (was:
+    # part-0 written first; a re-partition stopped after it left part-0 of the new partition beside the others'
+    # old files, which the ranks took when only the halo exchange, the graph's features or its masks differed)
+    p0 = part_path(out, 0)
+    for old in [*out.glob("part-*.npz"), summary]:
+        rank = old.stem.split("-", 1)[-1]
+        stale = old == summary or (rank.isdigit() and (int(rank) >= P or old == p0) and _is_part_file(old))
+        if stale and old.is_file():
+            old.unlink()  # of an earlier partition (gdsl's own files only)
+    for tmp in out.glob("part-*.npz.tmp.npz"):   # what a gdsl killed while writing left
+        tmp.unlink()
+    for pr in parts[1:]:
         save_part(pr, out, meta)
     info = {"P": P, "strategy": spec.describe(), "seconds": round(time.perf_counter() - t0, 3),
             "rows_per_rank": [int(p.n_own) for p in parts], "edges_per_rank": [int(p.src.size) for p in parts],
@@ -109,8 +119,40 @@ def write_partition(prog, graph, spec, P: int, out: str | Path) -> dict:
         info["halo_rows_per_rank"] = [int(p.n_local - p.n_own) for p in parts]
     if spec.strategy == "vertex_cut":
         info["replication_factor"] = round(float(parts[0].meta["replication_factor"]), 4)
-    (out / "partition.json").write_text(json.dumps(info, indent=2) + "\n")
+    summary.write_text(json.dumps(info, indent=2) + "\n")
+    save_part(parts[0], out, meta)
     return info
+
+
+def check_out_dir(out: str | Path) -> None:
+    """The directory a partition goes to can be made and written, checked
+    before the plan is chosen and the graph partitioned (was: after METIS
+    and the cost model, which take minutes on a large graph), and holds no
+    partition.json of another tool, which writing would overwrite."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise GdslError(f"{out}: exists and is not a directory")
+    q = out
+    while not q.exists() and q != q.parent:
+        q = q.parent    # the directory it will be created in
+    if not q.is_dir():
+        raise GdslError(f"{out}: cannot create the directory ({q} is not a directory)")
+    if not os.access(q, os.W_OK | os.X_OK):   # (root passes: writing then says why)
+        raise GdslError(f"{out}: " + ("cannot write there" if q == out else "cannot create the directory")
+                        + " (permission denied)")
+    summary = out / "partition.json"
+    if summary.exists() and not _is_summary(summary):   # (was: a file of that name overwritten without a word)
+        raise GdslError(f"{summary}: exists and is not the summary `gdsl partition` writes; partition into "
+                        "another directory, or move that file away")
+
+
+def _is_summary(path: Path) -> bool:
+    """A partition.json `write_partition` wrote (an object with P and strategy)."""
+    try:
+        info = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(info, dict) and "P" in info and "strategy" in info
 
 
 # ------------------------------------------------------------------ per rank
@@ -236,21 +278,32 @@ def _delayed(plan) -> bool:
     return plan is not None and "(cd-" in str(plan) and "(cd-0)" not in str(plan)
 
 
-def same_partition(comm, pdir: Path, key: str | None) -> None:
+def same_partition(comm, pdir: Path, header: dict) -> None:
     """Every rank's file must belong to one partition (partition_key in the
     headers): else the halo tables disagree, and the first exchange fails
     with MPI's own error, or moves the wrong rows when the counts happen to
-    fit (helper-72). Files written before the key was recorded pass."""
+    fit (helper-72). Files written before the key was recorded pass. The
+    files must also have been written by one `gdsl partition`: the same
+    rows and edges under another halo exchange or delay make the ranks run
+    different collectives (they waited for each other until --comm-timeout),
+    for another graph or split they train on mixed features or masks."""
     from gdsl.dist.part import part_path
-    keys = [key]
+    ident = {k: header.get(k) for k in ("partition", "strategy", "graph", "dims")}
+    idents = [ident]
     if comm.size > 1:
         with waiting("allgather of the partition files' keys"):
-            keys = comm.comm.allgather(key)
-    odd = [r for r, k in enumerate(keys) if k != keys[0]]
+            idents = comm.comm.allgather(ident)
+    odd = [r for r, i in enumerate(idents) if i != idents[0]]
     if odd:
         names = ", ".join(part_path(pdir, r).name for r in odd[:4]) + (" ..." if len(odd) > 4 else "")
+        first, zero = idents[odd[0]], idents[0]
+        why = ""
+        if first["partition"] == zero["partition"]:   # the same rows and edges, written by another run
+            why = {"strategy": f"; written as {first['strategy']}, {part_path(pdir, 0).name} as {zero['strategy']}",
+                   "graph": f"; written for {other_graph(zero['graph'], first['graph'] or '')}",
+                   "dims": "; written for other dims"}[next(k for k in ident if first[k] != zero[k])]
         raise AllRanksError(f"{pdir}: {names} {'belongs' if len(odd) == 1 else 'belong'} to another partition "
-                            f"than {part_path(pdir, 0).name} (a directory refreshed in part, or a stale copy): "
+                            f"than {part_path(pdir, 0).name} (a directory refreshed in part, or a stale copy{why}): "
                             "partition again with `gdsl partition`, or leave out --parts")
 
 
@@ -543,7 +596,7 @@ def run_rank(args: dict) -> int:
     part = load_part(pdir, rank, size, expect={"program": program_key(prog.source, prog.overrides, prog.train_name)})
     header = read_header(part_path(pdir, rank))
     dims = header["dims"]
-    same_partition(comm, pdir, header.get("partition"))
+    same_partition(comm, pdir, header)
     identity = checkpoint_identity(prog, header.get("graph"), part.spec.describe())
     identity.update(partition=header.get("partition"), seed=part.spec.seed)
     seed = args.get("seed", 0)
