@@ -184,7 +184,11 @@ def compile(program: str | os.PathLike, *, train: str | None = None, **overrides
     text = os.fspath(program)
     if isinstance(text, bytes):
         raise TypeError("gdsl.compile takes source text (str) or a path; got a bytes path (decode it first)")
-    is_path = text != "" and "\n" not in text and (text.endswith(".gd") or Path(text).exists())
+    # text without whitespace is a path even without .gd: no program is one word (it has `graph G`, `model M`),
+    # so a missing one is FileNotFoundError (was: compiled as source, "unexpected 'programs'" for
+    # gdsl.compile("programs/gcn"); helper-22)
+    is_path = text != "" and "\n" not in text and (text.endswith(".gd") or Path(text).exists()
+                                                     or not any(c.isspace() for c in text))
     if isinstance(program, os.PathLike) or is_path:
         return Program(read_source(text), text, train, **overrides)
     return Program(normalize_text(text), "<input>", train, **overrides)   # as a file's (was: a BOM refused)

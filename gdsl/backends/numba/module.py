@@ -40,7 +40,7 @@ from gdsl.backends import capturing, eager_under_torch_compile
 from gdsl.backends.numba import dense
 from gdsl.backends.numba import ops as nb
 from gdsl.backends.numba.graph import CSRGraph
-from gdsl.backends.reference.executor import ReferenceModule
+from gdsl.backends.reference.executor import ReferenceModule, refuse_arguments
 from gdsl.backends.reference.linear import drop_fusions, run_linear
 from gdsl.graph.graph import Graph
 from gdsl.ir.core import Module, Op
@@ -282,7 +282,8 @@ class NumbaModule(ReferenceModule):
 
     # ---- running
     @eager_under_torch_compile   # a graph break inside torch.compile, not a trace of the launch code
-    def forward(self, x=None, *extra):
+    def forward(self, x=None, *extra, **named):
+        refuse_arguments(extra, named)
         self._features_given(x)
         if capturing():   # torch.export / jit.trace / torch.func: the reference's plain torch ops
             return self.plain_forward(x, *extra)

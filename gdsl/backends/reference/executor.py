@@ -158,7 +158,12 @@ def check_features(x, rows: int, shape, dtype: torch.dtype = torch.float32,
     do). `convert=False`: only the checks (x is returned as it is)."""
     want = [rows] + [int(d) for d in shape]
     if not isinstance(x, torch.Tensor):
-        raise GdslError(f"the model's input must be a torch.Tensor of shape {want}, got {type(x).__name__}")
+        # a graph object (gdsl's, PyG's Data, a DGLGraph), as a PyG model takes `model(data)`: say the module
+        # has its graph already (was the bare "got Data"; helper-22)
+        bound = (" (the module is bound to its graph: model() runs on the graph's features, model(x) on others; "
+                 "for another graph, bind it: prog.module(gdsl.Graph.from_pyg(data)), from_dgl or from_edges)"
+                 if isinstance(x, Graph) or hasattr(x, "edge_index") or hasattr(x, "ndata") else "")
+        raise GdslError(f"the model's input must be a torch.Tensor of shape {want}, got {type(x).__name__}{bound}")
     if x.is_nested or x.layout != torch.strided:   # was: torch's "reshape is not implemented for sparse tensors"
         raise GdslError(f"the model's input must be a dense tensor, got a {'nested' if x.is_nested else x.layout} "
                         f"one; use x.to_dense()")
@@ -178,6 +183,18 @@ def check_features(x, rows: int, shape, dtype: torch.dtype = torch.float32,
     return x.to(dtype) if convert else x
 
 
+def refuse_arguments(extra: tuple, named: dict | None = None) -> None:
+    """A forward takes the features only: PyG-style `model(x, edge_index)` or
+    `model(x, edge_index=ei)` is a GdslError saying to bind the other graph
+    (the keyword form was Python's bare TypeError; helper-22)."""
+    if extra or named:
+        got = (f"{1 + len(extra)} arguments" if extra else "") + (" and " if extra and named else "") + \
+            (f"the keyword argument{'s' if len(named) > 1 else ''} {', '.join(map(repr, named))}" if named else "")
+        raise GdslError(f"a gdsl module is bound to its graph by prog.module(graph) and takes only the "
+                        f"features: model(x) or model(); got {got} (for another graph "
+                        "or edge_index, bind it: prog.module(gdsl.Graph.from_edges(...)))")
+
+
 class LayerParams(nn.Module):
     """The params of one layer call (`model.GCNConv_1.W`). The program runs
     as a whole, not layer by layer, so this module is never called: the
@@ -185,11 +202,23 @@ class LayerParams(nn.Module):
     `torch.nn.utils.prune` and the old `weight_norm` register to recompute a
     weight); its forward hooks never fire (register them on the model)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._gdsl_shapes: dict[str, tuple[int, ...]] = {}   # the params' declared shapes, in program order
+
     def forward(self, *args, **kwargs):
         raise GdslError("a layer's params are not a module to call: the model runs the whole program (call the model)")
 
     def extra_repr(self) -> str:   # print(model): `(GCNConv_1): LayerParams(W: [1433, 16], b: [16])`
-        return ", ".join(f"{n}: {list(p.shape)}" for n, p in self.named_parameters(recurse=False))
+        shapes = {n: p.shape for n, p in self.named_parameters(recurse=False)}
+        # a param under torch.nn.utils.parametrize (spectral_norm, weight_norm) is no direct parameter: shown with
+        # its declared shape, without running the parametrization (was: left out; helper-22)
+        declared = getattr(self, "_gdsl_shapes", {})
+        for n in getattr(self, "parametrizations", {}):
+            shapes[n] = declared.get(n, "parametrized")
+        order = {n: i for i, n in enumerate(declared)}
+        return ", ".join(f"{n}: {list(shapes[n]) if not isinstance(shapes[n], str) else shapes[n]}"
+                         for n in sorted(shapes, key=lambda n: order.get(n, len(order))))
 
 
 def _apply_to(fn, t: torch.Tensor) -> torch.Tensor:
@@ -291,6 +320,8 @@ class ReferenceModule(nn.Module):
                 shape = tuple(int(d) for d in op.result.type.shape)
                 p = nn.Parameter(init_param(shape, op.attrs["init"]))
                 holder.register_parameter(pname, p)
+                if isinstance(holder, LayerParams):
+                    holder._gdsl_shapes[pname] = shape
                 self._param_names.append(op.attrs["name"])
                 self._param_shapes[op.attrs["name"]] = shape
         self._seed_value = _draw_seed()
@@ -472,7 +503,8 @@ class ReferenceModule(nn.Module):
             raise GdslError(f"the graph has no features for the input '{self.feature_input}' (it was bound with "
                             "dims giving their widths): pass them, model(x)")
 
-    def forward(self, x: torch.Tensor | None = None, *extra) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | None = None, *extra, **named) -> torch.Tensor:
+        refuse_arguments(extra, named)
         self._features_given(x)
         if capturing():
             return self.plain_forward(x, *extra)
@@ -797,10 +829,7 @@ class ReferenceModule(nn.Module):
         `x` the caller passed, count the step. A forward refused here has
         counted no step, so it changes no later dropout mask (was: a refused
         `model(x)` advanced the step; helper-73)."""
-        if extra:
-            raise GdslError(f"a gdsl module is bound to its graph by prog.module(graph) and takes only the "
-                            f"features: model(x) or model(); got {1 + len(extra)} arguments (for another graph "
-                            "or edge_index, bind it: prog.module(gdsl.Graph.from_edges(...)))")
+        refuse_arguments(extra)
         for holder in self.children():
             if isinstance(holder, LayerParams):
                 for hook in list(holder._forward_pre_hooks.values()):
