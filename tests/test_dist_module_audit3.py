@@ -33,3 +33,16 @@ def test_tie_counts_count_the_messages_that_attain_the_partial():
     mx = torch.tensor([[2.0, 5.0], [4.0, 4.0], [0.0, 0.0]])
     assert _tie_counts(m, idx, mn).tolist() == [[2.0, 1.0], [1.0, 1.0], [0.0, 0.0]]
     assert _tie_counts(m, idx, mx).tolist() == [[1.0, 2.0], [1.0, 1.0], [0.0, 0.0]]
+
+
+def test_a_ranks_forward_refuses_pyg_style_arguments_as_one_process_does():
+    """`model(x, edge_index=ei)` on a rank's module: the gdsl error the one-process
+    modules give (was: Python's bare TypeError 'unexpected keyword argument')."""
+    import pytest
+
+    from gdsl.diagnostics import GdslError
+    x, ei = torch.zeros(3, 2), torch.zeros(2, 4, dtype=torch.long)
+    with pytest.raises(GdslError, match=r"takes only the features: .*got the keyword argument 'edge_index'"):
+        DistModule.forward(SimpleNamespace(), x, edge_index=ei)
+    with pytest.raises(GdslError, match=r"got 2 arguments"):
+        DistModule.forward(SimpleNamespace(), x, ei)

@@ -37,6 +37,7 @@ from gdsl.backends.reference.executor import (
     broadcast_modes,
     float_mask,
     plan_hoist,
+    refuse_arguments,
     reshape_targets,
     scatter_extremum,
 )
@@ -292,7 +293,8 @@ class DistModule(ReferenceModule):
     def _follow_params(self) -> None:
         """The ranks' params stay float32 (gdsl's own training loop)."""
 
-    def forward(self, x: torch.Tensor | None = None, *extra) -> torch.Tensor:
+    def forward(self, x: torch.Tensor | None = None, *extra, **named) -> torch.Tensor:
+        refuse_arguments(extra, named)   # model(x, edge_index=ei): a gdsl error (was: Python's bare TypeError)
         self.begin_forward(extra)
         self._ext_cache: dict[Value, torch.Tensor] = {}
         env, hoisted = self._rank_hoisted(x)
