@@ -584,6 +584,7 @@ def cmd_run(args, parser) -> int:
                      "comm_timeout"):
             if getattr(args, flag) is not None:   # before the program is compiled (was: after; helper-10)
                 parser.error(f"--{flag.replace('_', '-')} needs --np P (a distributed run)")
+    _mem_per_rank(args, parser)   # a malformed budget is a usage error (was: exit 1, after loading the data)
     for flag, path in (("--json", args.json), ("--save", args.save)):
         if path and not under_launcher():   # before training, not after (a rank: rank 0 checks, for all)
             check_json_path(path, flag, inputs=(args.program, resolve_data(args.data)))
@@ -688,6 +689,7 @@ def cmd_partition(args, parser) -> int:
         parser.error("--out: empty (give a directory)")   # was: the files went to the working directory
     if args.split < 0:   # a usage error, as for `run` (was: exit 1, after compiling the program)
         parser.error(f"--split must be at least 0, got {args.split}")
+    _mem_per_rank(args, parser)   # a malformed budget is a usage error (was: exit 1, after loading the data)
     prog = gdsl.compile(args.program, train=args.train, **_overrides(args.set, parser))
     graph = load_graph(args.data, split=args.split)   # as typed, for its errors (was: always split 0; helper-70)
     _warn_unread(prog.checked, graph)

@@ -298,3 +298,21 @@ def test_a_run_stopped_before_mpiexec_started_says_so_and_leaves_no_checkpoint_d
         f"gdsl: --json {js}: not written (the run was stopped before its ranks started)",
         f"gdsl: --checkpoint {ck}: no checkpoint was written"]
     assert not ck.exists()
+
+
+def test_a_malformed_memory_budget_is_a_usage_error_and_parts_say_they_do_not_use_one(tmp_path, fake_launch):
+    """--mem-per-rank that is no size: exit 2 before the data is read, for run
+    and partition alike (was: exit 1 after loading it; helper-23's note).
+    With --parts the budget cannot change the partition written there: a
+    warning says so (was: ignored without a word)."""
+    for cmd in ("run", "partition"):
+        out = ("--out", tmp_path / "x") if cmd == "partition" else ()
+        r = gdsl_here(cmd, GCN, "--np", "2", "--mem-per-rank", "4X", *out)
+        assert r.returncode == 2 and "--mem-per-rank: cannot read '4X'" in r.stderr, (cmd, r.stderr)
+    d = tmp_path / "parts"
+    assert gdsl_here("partition", GCN, "--np", "2", "--partition", "rows", "--out", d).returncode == 0
+    r = gdsl_here("run", GCN, "--np", "2", "--parts", d, "--mem-per-rank", "4G", "--epochs", "1")
+    assert r.returncode == 0, r.stderr
+    assert (f"gdsl run: warning: --mem-per-rank 4G is not used: the plan of the partition in {d} was chosen "
+            "when it was written") in r.stderr.splitlines()
+    assert len(fake_launch) == 1

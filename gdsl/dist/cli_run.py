@@ -323,6 +323,9 @@ def run_distributed(args, prog, graph, data) -> int:
                 parts = args.parts
                 note_recorded_only(prog)
                 print(f"gdsl run: using the partition in {parts}", file=sys.stderr)
+                if args.mem_per_rank is not None:   # (was: ignored without a word; helper-23's note)
+                    print(f"gdsl run: warning: --mem-per-rank {args.mem_per_rank} is not used: the plan of the "
+                          f"partition in {parts} was chosen when it was written", file=sys.stderr)
             else:
                 if args.parts:
                     check_out_dir(args.parts)
