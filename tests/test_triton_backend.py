@@ -348,3 +348,16 @@ def test_gat_on_a_graph_without_vertices_runs():
     out = m()
     assert tuple(out.shape) == (0, 2)
     out.sum().backward()
+
+
+@needs_kernels
+def test_pyg_style_calls_are_refused_as_on_the_other_backends():
+    """model(x, edge_index=ei): the gdsl error reference and numba give (was:
+    Python's bare TypeError 'unexpected keyword argument'; helper-22's note)."""
+    g = _graph_for("")
+    m = _compile(ROOT / "programs" / "gcn.gd").module(g, backend="triton")
+    ei = torch.stack([g.src, g.dst])
+    with pytest.raises(GdslError, match=r"takes only the features: .*got the keyword argument 'edge_index'"):
+        m(g.features, edge_index=ei)
+    with pytest.raises(GdslError, match=r"got 2 arguments"):
+        m(g.features, ei)

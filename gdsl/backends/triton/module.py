@@ -42,7 +42,7 @@ import os
 import torch
 
 from gdsl.backends import capturing, eager_under_torch_compile
-from gdsl.backends.reference.executor import ReferenceModule
+from gdsl.backends.reference.executor import ReferenceModule, refuse_arguments
 from gdsl.backends.reference.linear import drop_fusions, run_linear
 from gdsl.backends.triton import default_device
 from gdsl.diagnostics import GdslError
@@ -203,7 +203,8 @@ class TritonModule(ReferenceModule):
 
     # ---- running
     @eager_under_torch_compile   # a graph break inside torch.compile, not a trace of the launch code
-    def forward(self, x=None, *extra):
+    def forward(self, x=None, *extra, **named):
+        refuse_arguments(extra, named)   # model(x, edge_index=ei): was Python's bare TypeError (helper-22's note)
         self._features_given(x)
         if capturing():   # torch.export / jit.trace / torch.func: the reference's plain torch ops
             out = self.plain_forward(x, *extra)
