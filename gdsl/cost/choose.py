@@ -208,21 +208,35 @@ def _reason(best: Candidate, cands: Sequence[Candidate], memory_per_rank: float 
     return "; ".join(parts)
 
 
+def _sig3(v: float) -> str:
+    """v to 3 significant digits, never in e-notation (was: '1.02e+03 MiB',
+    '1e+03 ms' just under a unit's boundary, '1.2e+03 s')."""
+    s = f"{v:.3g}"
+    return f"{float(s):.0f}" if "e" in s else s
+
+
+def _rounds_below(v: float, limit: float) -> bool:
+    """v stays below `limit` once shown with 3 significant digits."""
+    return float(f"{v:.3g}") < limit
+
+
 def fmt_bytes(b: float | None) -> str:
     if b is None:
         return "unlimited"
-    for unit, k in (("PiB", 2 ** 50), ("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10)):
-        if b >= k:
-            return f"{b / k:.3g} {unit}"
+    units = (("PiB", 2 ** 50), ("TiB", 2 ** 40), ("GiB", 2 ** 30), ("MiB", 2 ** 20), ("KiB", 2 ** 10))
+    for n, (unit, k) in enumerate(units):
+        # 1023.9 MiB reads 1024 at 3 digits: 1 GiB is shown (was: 1.02e+03 MiB)
+        if b >= k or (n + 1 < len(units) and not _rounds_below(b / units[n + 1][1], 1000)):
+            return f"{_sig3(b / k)} {unit}"
     return f"{b:.0f} B"
 
 
 def fmt_time(t: float) -> str:
-    if t >= 1:
-        return f"{t:.3g} s"
-    if t >= 1e-3:
-        return f"{t * 1e3:.3g} ms"
-    return f"{t * 1e6:.3g} us"
+    if t >= 1 or not _rounds_below(t * 1e3, 1000):
+        return f"{_sig3(t)} s"
+    if t >= 1e-3 or not _rounds_below(t * 1e6, 1000):
+        return f"{_sig3(t * 1e3)} ms"
+    return f"{_sig3(t * 1e6)} us"
 
 
 def _fmt_count(x: float) -> str:
@@ -230,7 +244,9 @@ def _fmt_count(x: float) -> str:
         return "0"
     e = int(math.floor(math.log10(abs(x)) / 3)) if abs(x) >= 1 else 0
     e = min(e, 4)
-    return f"{x / 10 ** (3 * e):.3g}{['', 'k', 'M', 'G', 'T'][e]}"
+    if e < 4 and not _rounds_below(abs(x) / 10 ** (3 * e), 1000):   # 999.7k reads 1M (was: 1e+03k)
+        e += 1
+    return f"{_sig3(x / 10 ** (3 * e))}{['', 'k', 'M', 'G', 'T'][e]}"
 
 
 def format_table(choice: Choice, limit: int | None = None) -> str:

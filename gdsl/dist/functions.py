@@ -220,7 +220,10 @@ class AllReduceExtremum(torch.autograd.Function):
 
 class BlockBcast(torch.autograd.Function):
     """CAGNET 1.5D: the blocks col_blocks[j] broadcast within process column j,
-    stage by stage (Algorithm 2 line 5); backward reduces each to its root."""
+    stage by stage (Algorithm 2 line 5); backward reduces each to its root.
+    The root's own block is not returned (the rank reads it in place: its
+    part's local rows hold it once); in the backward the root adds zeros to
+    the reduction and its own gradient reaches x directly."""
 
     @staticmethod
     def forward(ctx, x, comm: Comm, stages: list[tuple[int, int]], my_block: int, label: str):
@@ -238,7 +241,8 @@ class BlockBcast(torch.autograd.Function):
             nbytes = buf.numel() * buf.element_size()
             comm.stats.add("bcast", label + " fwd", nbytes * (comm.size - 1) if q == my_block else 0,
                            0 if q == my_block else nbytes, time.perf_counter() - t0)
-            outs.append(buf)
+            if q != my_block:
+                outs.append(buf)
         return _cat(outs, x).to(x.device)
 
     @staticmethod
@@ -249,8 +253,11 @@ class BlockBcast(torch.autograd.Function):
         out = None
         off = 0
         for q, rows in ctx.stages:
-            part = host(g[off: off + rows])
-            off += rows
+            if q == ctx.my_block:   # not in the output: the own block's gradient went to x directly
+                part = torch.zeros((rows,) + tuple(g.shape[1:]), dtype=g.dtype)
+            else:
+                part = host(g[off: off + rows])
+                off += rows
             recv = torch.empty_like(part) if q == ctx.my_block else None
             t0 = time.perf_counter()
             with waiting(f"reduce '{ctx.label} bwd'"):

@@ -265,8 +265,12 @@ def _rows_replicated(spec: Spec, g: Graph, P: int) -> list[RankPart]:
     Process row i (a "team") holds block row i of H and of A (all c members);
     member j keeps the edges of block row i whose source is in one of the
     blocks col_blocks[j] it handles in its P/c^2 broadcast stages. Local ids:
-    [block i | the blocks col_blocks[j] in stage order]; `extra` records the
-    stage blocks and their sizes."""
+    [block i | the blocks col_blocks[j] other than i, in stage order]: in the
+    stage where it is the root (q = i) a rank reads its own block in place, as
+    Algorithm 2's BCAST root does (was: a second copy of block i after the
+    first, so that at c = 1 every rank held N + N/P rows where 1D holds N/P
+    and its halo). `extra` records all the stage blocks (the rank takes part
+    in every broadcast of its column) and the block starts."""
     c = int(spec.arg)
     src, dst, indeg, outdeg = _common(g)
     n = g.num_nodes
@@ -277,10 +281,13 @@ def _rows_replicated(spec: Spec, g: Graph, P: int) -> list[RankPart]:
         i, j = divmod(r, c)
         own = np.arange(starts[i], starts[i + 1])
         stage = col_blocks[j]
-        fetched = np.concatenate([np.arange(starts[q], starts[q + 1]) for q in stage]) if stage.size else np.zeros(0, np.int64)
+        others = stage[stage != i]
+        fetched = np.concatenate([np.arange(starts[q], starts[q + 1]) for q in others]) if others.size \
+            else np.zeros(0, np.int64)
         eid = np.nonzero((team[dst] == i) & np.isin(team[src], stage))[0]
         lid_dst = _local_ids(n, own)
         lid_src = np.full(n, -1, np.int64)
+        lid_src[own] = np.arange(own.size)   # (used when i is one of the stage blocks)
         lid_src[fetched] = own.size + np.arange(fetched.size)
         gid = np.concatenate([own, fetched])
         f, y, m = _vertex_data(g, own)
@@ -519,4 +526,17 @@ def load_part(directory: str | Path, rank: int, size: int, expect: dict | None =
     if h["content"] != content_digest(a):
         raise GdslError(f"{path}: its arrays are not the ones `gdsl partition` wrote (edited or damaged after it "
                         "was written: the digest in its header does not match); partition again")
+    if spec.strategy == "rows_replicated" and _rr_local_rows(part) != part.n_local:
+        # the 1.5D layout of an earlier gdsl held the rank's own block twice
+        raise GdslError(f"{path}: written by an earlier gdsl (its 1.5D layout holds {part.n_local} local rows, "
+                        f"this one {_rr_local_rows(part)}); partition again")
     return part
+
+
+def _rr_local_rows(part: RankPart) -> int:
+    """Local rows of a 1.5D part: its block, then the stage blocks but its own."""
+    try:
+        starts, stage, team = part.extra["block_starts"], part.extra["stage_blocks"], int(part.extra["grid"][2])
+        return int(part.n_own + sum(int(starts[q + 1] - starts[q]) for q in stage if int(q) != team))
+    except (KeyError, IndexError, TypeError, ValueError):
+        return -1
