@@ -173,6 +173,15 @@ def _override(name: str, value: Any) -> int | float:
     return int(value) if isinstance(value, numbers.Integral) else float(value)
 
 
+def _names_a_file(text: str) -> bool:
+    """Path(text).exists(), False where the OS cannot even look the name up: a one-line
+    program of over 255 characters was OSError 'File name too long' (helper-24)."""
+    try:
+        return Path(text).exists()
+    except OSError:
+        return False
+
+
 def compile(program: str | os.PathLike, *, train: str | None = None, **overrides: Any) -> Program:  # noqa: A001
     """Compile a .gd file (a path) or gdsl source text."""
     if not isinstance(program, (str, os.PathLike)):
@@ -187,7 +196,7 @@ def compile(program: str | os.PathLike, *, train: str | None = None, **overrides
     # text without whitespace is a path even without .gd: no program is one word (it has `graph G`, `model M`),
     # so a missing one is FileNotFoundError (was: compiled as source, "unexpected 'programs'" for
     # gdsl.compile("programs/gcn"); helper-22)
-    is_path = text != "" and "\n" not in text and (text.endswith(".gd") or Path(text).exists()
+    is_path = text != "" and "\n" not in text and (text.endswith(".gd") or _names_a_file(text)
                                                      or not any(c.isspace() for c in text))
     if isinstance(program, os.PathLike) or is_path:
         return Program(read_source(text), text, train, **overrides)

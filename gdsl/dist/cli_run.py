@@ -428,6 +428,9 @@ def _run_as_rank(args, prog, graph) -> int:
             if args.parts and part_path(parts, 0).exists():
                 started = f"--np is {size}" if args.np_ is not None else f"the launcher started {size}"
                 _check_existing(Path(parts), size, prog, graph, args.partition, args.delay, args.halo, started)
+                if args.mem_per_rank is not None:   # as `gdsl run --np P` says it (was: not a word under mpiexec)
+                    print(f"gdsl run: warning: --mem-per-rank {args.mem_per_rank} is not used: the plan of the "
+                          f"partition in {parts} was chosen when it was written", file=sys.stderr)
             elif not part_path(parts, 0).exists():
                 check_out_dir(parts)
                 spec = choose_spec(prog, graph, size, args.partition, args.delay, args.halo, args.seed,
