@@ -104,13 +104,13 @@ def test_block_bcast_and_its_reduce_use_the_tensors_datatype(dtype, mpi_type):
 
         def Reduce(self, send, recv, op, root):
             seen.append(("reduce", send[1], None if recv is None else recv[1]))
-            if recv is not None:
-                recv[0][...] = send[0] * 2
+            if recv is not None:   # the root's own part is zeros (it reads its block in place): the peer's 2
+                recv[0][...] = send[0] + 2
     c = Comm(Roots())
     x = torch.ones(2, 3, dtype=dtype, requires_grad=True)
     y = BlockBcast.apply(x, c, [(0, 2), (1, 1)], 0, "b")
     y.sum().backward()
-    assert y.dtype == dtype and x.grad.dtype == dtype and (x.grad == 2).all()
+    assert y.shape == (1, 3) and y.dtype == dtype and x.grad.dtype == dtype and (x.grad == 2).all()
     assert seen == [("bcast", mpi_type)] * 2 + [("reduce", mpi_type, mpi_type), ("reduce", mpi_type, None)]
     sent = c.stats.take()[("bcast", "b fwd")].sent
     assert sent == 2 * 3 * torch.finfo(dtype).bits // 8   # its own block (2 x 3 elements), to its 1 peer
