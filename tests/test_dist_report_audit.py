@@ -107,3 +107,18 @@ def test_a_launcher_is_alive_only_as_the_process_it_was():
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
     assert not launcher_alive({"pid": p.pid, "start": None})
+
+
+def test_a_rank_under_another_launcher_waits_before_its_abort(monkeypatch):
+    """Under mpiexec / srun (no run directory) the report is a line on stderr,
+    which MPICH's hydra may drop when the MPI_Abort right after it tears the
+    job down (the clean CI run at 95996b6: `mpiexec -n 2 gdsl run --parts
+    DIR` exited 1 with an empty stderr): the rank gives it ABORT_GRACE
+    seconds first; under gdsl's launcher the report is a file, and no wait."""
+    import gdsl.dist.worker as worker_mod
+    slept = []
+    monkeypatch.setattr(worker_mod.time, "sleep", slept.append)
+    worker_mod.output_through("/tmp/run-dir")
+    assert slept == []
+    worker_mod.output_through(None)
+    assert slept == [worker_mod.ABORT_GRACE] and worker_mod.ABORT_GRACE >= 0.5

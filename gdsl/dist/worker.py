@@ -120,8 +120,23 @@ def run(args: dict) -> int:
         if os.environ.get("GDSL_DEBUG") == "1":
             traceback.print_exc()
         sys.stderr.flush()
+        output_through(run_dir)
         MPI.COMM_WORLD.Abort(1)
         return 1
+
+
+ABORT_GRACE = 1.0   # seconds
+
+
+def output_through(run_dir: str | None) -> None:
+    """Before MPI_Abort under another launcher (no run directory: the rank
+    printed its report on stderr): give the process manager time to forward
+    that line. MPICH's hydra tears the job down on the abort and may drop
+    what it had not read yet: the clean CI run at 95996b6 got exit 1 and an
+    empty stderr from `mpiexec -n 2 gdsl run --parts DIR`, not even MPICH's
+    own "Abort(1)" line. Under `gdsl run --np` the report is a file."""
+    if not run_dir:
+        time.sleep(ABORT_GRACE)
 
 
 def _stop_waiting(rank: int, message: str, run_dir: str | None, grace: float) -> None:
@@ -140,6 +155,7 @@ def _stop_waiting(rank: int, message: str, run_dir: str | None, grace: float) ->
         mark_waiting(run_dir, rank)
         _ask_for_stacks(run_dir, rank)
         time.sleep(grace)
+    output_through(run_dir)
     if MPI.Query_thread() == MPI.THREAD_MULTIPLE:
         MPI.COMM_WORLD.Abort(1)
     os.kill(os.getpid(), signal.SIGKILL)
