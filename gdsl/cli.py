@@ -18,6 +18,7 @@ import warnings
 from pathlib import Path
 
 from gdsl.diagnostics import CompileError, GdslError, render_all
+from gdsl.runtime import startup
 from gdsl.runtime.files import discard_stdout
 from gdsl.runtime.signals import Terminated, stop_on_signals
 
@@ -261,6 +262,7 @@ def cmd_plan(args, parser) -> int:
     from gdsl.compiler import compile_source, read_source
     from gdsl.cost.choose import NoPlanFits
     from gdsl.planning import idle_ranks_warning, plan
+    startup.release()
 
     if args.np_ < 1:
         parser.error("--np must be at least 1")
@@ -436,6 +438,7 @@ def cmd_calibrate(args, parser) -> int:
     import json
 
     from gdsl.cost.calibrate import BACKENDS, calibrate, summary, write_profile
+    startup.release()
 
     if args.np_ < 2:
         parser.error("--np must be at least 2 (the ping-pong needs two ranks)")
@@ -571,6 +574,7 @@ def cmd_run(args, parser) -> int:
     from gdsl.graph.io import load_graph, resolve_data
     from gdsl.runtime.files import finish_run, kept_instead, save_state_dict
     from gdsl.runtime.trainer import Diverged, Progress, check_json_path, epoch_time_text, loss_text, train, write_json
+    startup.release()
 
     if args.epochs is not None and args.epochs < 1:
         parser.error("--epochs must be at least 1")
@@ -681,6 +685,7 @@ def cmd_run(args, parser) -> int:
 def cmd_partition(args, parser) -> int:
     import gdsl
     from gdsl.dist.cli_run import cmd_partition as run_partition
+    startup.release()
     from gdsl.graph.io import load_graph
 
     if args.np_ < 1:
@@ -837,7 +842,10 @@ _PROCESS = {"cap_memory": False}   # set by `entry`: the process is gdsl's own, 
 
 def entry() -> None:
     _PROCESS["cap_memory"] = True
-    sys.exit(main())
+    startup.hold()   # while it imports torch, sympy, numba (gdsl/runtime/startup.py)
+    code = main()
+    startup.before_exit()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

@@ -107,6 +107,8 @@ def run(args: dict) -> int:
 
         from gdsl.diagnostics import GdslWarning
         from gdsl.dist.run import run_rank
+        from gdsl.runtime import startup
+        startup.release()
         from gdsl.dist.stop import catch_signals
         warnings.simplefilter("ignore", GdslWarning)   # the launcher printed the compile warnings once
         catch_signals()   # a signal to the rank itself: the stop after the epoch (gdsl/dist/stop.py)
@@ -282,8 +284,12 @@ def watch_launcher(info: dict, every: float = 1.0, rank: int | None = None, run_
 
 
 def main() -> None:
+    from gdsl.runtime import startup
+    startup.hold()   # while it imports torch, mpi4py, numba (gdsl/runtime/startup.py)
     args = json.loads(sys.argv[1])
-    sys.exit(run(args))
+    code = run(args)
+    startup.before_exit()
+    sys.exit(code)
 
 
 if __name__ == "__main__":
