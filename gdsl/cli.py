@@ -719,6 +719,11 @@ def main(argv: list[str] | None = None) -> int:
     for flag in ("json", "save"):
         if isinstance(getattr(args, flag, None), str) and not getattr(args, flag).strip():   # was: ignored, nothing written
             args.command_parser.error(f"--{flag}: empty (give a file to write)")
+    for flag in ("checkpoint", "resume", "parts"):
+        # was (run --np): '' taken as "not given": trained with no checkpoint, from scratch, in a temporary
+        # directory, without a word (helper-27)
+        if isinstance(getattr(args, flag, None), str) and not getattr(args, flag).strip():
+            args.command_parser.error(f"--{flag}: empty (give a directory)")
     if (getattr(args, "np_", None) or 0) > MAX_RANKS:   # was: plan and partition ran for hours (O(P) loops)
         args.command_parser.error(f"--np {args.np_}: at most {MAX_RANKS:,} ranks")
     if isinstance(getattr(args, "program", None), str) and not args.program.strip():
