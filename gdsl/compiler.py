@@ -10,7 +10,7 @@ from gdsl.frontend import ast
 from gdsl.frontend.checker import CheckedProgram, check
 from gdsl.frontend.lower import lower
 from gdsl.frontend.parser import parse
-from gdsl.ir.core import Module
+from gdsl.ir.core import Module, Op
 from gdsl.passes.base import PassContext
 from gdsl.passes.pipeline import PassManager
 
@@ -147,7 +147,8 @@ def _declined_hints(checked: CheckedProgram, declined: dict[str, str]) -> dict[s
 
 def _unapplied_reorders(asked: dict[str, tuple[Span, str]], module: Module,
                         declined: dict[str, str] | None = None,
-                        other_readers: dict[str, str] | None = None) -> list[Diagnostic]:
+                        other_readers: dict[str, str] | None = None,
+                        unhandled: dict[str, Op] | None = None) -> list[Diagnostic]:
     """An error for each reorder asked for that the order pass did not carry
     out (was: accepted, and the layer silently ran sparse-first). The pass
     rewrites one form (passes/order.py): the aggregation of one endpoint
@@ -156,7 +157,11 @@ def _unapplied_reorders(asked: dict[str, tuple[Span, str]], module: Module,
     it cannot (terms of `x` and `-x`) is refused."""
     other_readers = other_readers or {}   # scope -> where an `A X` of the handled form is read besides its `@`
     # (one `@` of a call reordered and another not is no reorder carried out: was accepted, helper-5)
-    done = {op.attrs.get("scope") for op in module.main.ops if op.attrs.get("order_by") == "hint"} - set(other_readers)
+    # (nor is one aggregation of a call reordered and another, before a `@` too, left as it was because its
+    # message does not fold to the handled form: `unhandled`, scope -> that aggregation; was accepted, helper-26)
+    unhandled = unhandled or {}
+    done = ({op.attrs.get("scope") for op in module.main.ops if op.attrs.get("order_by") == "hint"}
+            - set(other_readers) - set(unhandled))
     why = ("the order pass reorders an aggregation whose message is one endpoint tensor times a graph constant "
            "(`src.h * rsqrt(src.degree * dst.degree)`, or a sum of such terms of one tensor, "
            "`src.h / dst.degree + src.h * 0.5`), and this one's message does not fold to that "
@@ -172,6 +177,9 @@ def _unapplied_reorders(asked: dict[str, tuple[Span, str]], module: Module,
             return ("its `@ param` is not used (what the layer returns does not depend on it, or the model does not "
                     "read the call's result), so no aggregation before a `@` is left to reorder; remove the unused "
                     "`@` or call, or the hint")
+        if scope in unhandled and scope not in other_readers and (agg := unhandled[scope]).result.hint:
+            return why.replace("this one's message",
+                               f"the message gathered into '{agg.result.hint}' (line {agg.span.line})")
         if scope in other_readers:
             return (f"its aggregation (`A X`, before the `@`) is also read {other_readers[scope]}, and dense-first "
                     "computes A (X W) without it; read the aggregation only in the `@`, or leave the order to the "
@@ -264,7 +272,8 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
                                                  and ran.index(stop_after) >= ran.index("order")):
         declined = ctx.options.get("order_declined") or {}
         asked = {**_declined_hints(checked, declined), **asked}
-        if errors := _unapplied_reorders(asked, module, declined, ctx.options.get("order_other_readers") or {}):
+        if errors := _unapplied_reorders(asked, module, declined, ctx.options.get("order_other_readers") or {},
+                                         ctx.options.get("order_unhandled") or {}):
             raise CompileError(errors, source)
     if stop_after is None and "fuse" in ran:
         if errors := _partition_hint_errors(checked, module, ranks):

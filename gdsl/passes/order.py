@@ -101,6 +101,12 @@ class Order:
                     # also when another `@` of the call was reordered; was: accepted, helper-5)
                     ctx.options.setdefault("order_other_readers", {}).setdefault(
                         t.attrs["scope"], _other_reader_where(f, users, t, *loose))
+                elif t.attrs.get("scope") and (other := _unhandled_sum(t)) is not None:
+                    # a sum aggregation before this `@` whose message is not of the handled form
+                    # (`src.h + src.h2 / c`, a product CSE shares with another scatter): it stays
+                    # sparse-first whatever the hint (compiler.py refuses a reorder asked of it, also
+                    # when another aggregation of the call was reordered; was: accepted, helper-26)
+                    ctx.options.setdefault("order_unhandled", {}).setdefault(t.attrs["scope"], other)
                 continue
             agg, scale = form
             is_shared = shared(agg.result, t)
@@ -318,6 +324,19 @@ class LinearGroup:
         if self.fwd == "sparse_first":
             return self.bwd == "dense_first" and self.memo
         return self.bwd == "sparse_first"
+
+
+def _unhandled_sum(t: Op) -> Op | None:
+    """The sum aggregation `t = A X @ W` reads directly (or through a
+    per-vertex scale), where `Order.match` does not take it: its message is
+    not an endpoint tensor times an edge constant."""
+    if t.name != "matmul":
+        return None
+    a = t.operands[0]
+    if a.owner is not None and _is_vertex_scale(a.owner):
+        a = a.owner.operands[0]
+    agg = a.owner
+    return agg if agg is not None and agg.name == "aggregate" and agg.attrs.get("reduce") == "sum" else None
 
 
 def _is_vertex_scale(op: Op, a: Value | None = None) -> bool:
