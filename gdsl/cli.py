@@ -331,9 +331,10 @@ def cmd_plan(args, parser) -> int:
     if "N" in row and (idle := idle_ranks_warning(args.np_, row["N"])):
         print(f"gdsl plan: warning: {idle}", file=sys.stderr)
     widths = ", ".join(str(w) for w in result.widths)
-    print(f"plan for {args.program}: P={args.np_}, layer widths [{widths}]"
-          + (f", N={row['N']}, E={row['E']}" if "N" in row and "E" in row else ""))
+    head = (f"plan for {args.program}: P={args.np_}, layer widths [{widths}]"
+            + (f", N={row['N']}, E={row['E']}" if "N" in row and "E" in row else ""))
     if result.choice is None:
+        print(head)
         from gdsl.cost import strategies as st
         unbound = sorted(_dim_names(source, args) - given - set(dims) - set(row))
         print(f"sizes are symbolic (give --data, or --dims with {', '.join(unbound)}): per-epoch costs per "
@@ -344,32 +345,43 @@ def cmd_plan(args, parser) -> int:
         if args.json:
             print(f"gdsl plan: --json {args.json} not written: there is no choice with symbolic sizes", file=sys.stderr)
         return 0
-    print(describe_profile(profile))
-    print(result.choice.table())
-    approx = any(not c.cost.exact for c in result.choice.candidates)
-    print("\n* chosen  P Pareto (time vs memory)  ! over the memory per rank"
-          + ("  ~ approximate (delayed updates: changes what is trained)" if approx else ""))
-    print(f"choice: {result.choice.best.name}{'' if result.choice.best.cost.exact else ' (approximate)'}"
-          f"\nwhy: {result.choice.reason}")
     hinted = _plan_hint(sched, result, args.np_)
-    if hinted:
-        print(hinted["line"])
-    ran = None
-    if args.data and not (hinted and hinted["applies"]):
-        # as `gdsl compile --np` records and `gdsl run --np` does: the fastest plan the
-        # ranks can run (was: a choice they refuse, e.g. rows_replicated with `to = src`, unremarked);
-        # with --data only, as those commands (the ranks' checks import torch)
-        from gdsl.cost.choose import fmt_time
-        from gdsl.planning import runnable
-        overrides = _overrides(args.set, parser)
-        ran = runnable(result, lambda d: compile_source(source, args.program, dims=dims, overrides=overrides,
-                                                        train=args.train, delay=d).module)
-        if ran.skipped:
-            best = ran.choice.best
-            print(f"runs: the ranks cannot run {ran.skipped} {ran.skipped_why}, so `gdsl run --np {args.np_}` "
+    runs: list = []   # the plan the ranks run, computed once: by the table, or by --json if stdout failed first
+
+    def ran():
+        if not runs:
+            runs.append(None)
+            if args.data and not (hinted and hinted["applies"]):
+                # as `gdsl compile --np` records and `gdsl run --np` does: the fastest plan the
+                # ranks can run (was: a choice they refuse, e.g. rows_replicated with `to = src`, unremarked);
+                # with --data only, as those commands (the ranks' checks import torch)
+                from gdsl.planning import runnable
+                overrides = _overrides(args.set, parser)
+                runs[0] = runnable(result, lambda d: compile_source(source, args.program, dims=dims,
+                                                                    overrides=overrides, train=args.train,
+                                                                    delay=d).module)
+        return runs[0]
+
+    def table():
+        print(head)
+        print(describe_profile(profile))
+        print(result.choice.table())
+        approx = any(not c.cost.exact for c in result.choice.candidates)
+        print("\n* chosen  P Pareto (time vs memory)  ! over the memory per rank"
+              + ("  ~ approximate (delayed updates: changes what is trained)" if approx else ""))
+        print(f"choice: {result.choice.best.name}{'' if result.choice.best.cost.exact else ' (approximate)'}"
+              f"\nwhy: {result.choice.reason}")
+        if hinted:
+            print(hinted["line"])
+        if (r := ran()) is not None and r.skipped:
+            from gdsl.cost.choose import fmt_time
+            best = r.choice.best
+            print(f"runs: the ranks cannot run {r.skipped} {r.skipped_why}, so `gdsl run --np {args.np_}` "
                   f"and `gdsl compile --np` take {best.name} ({fmt_time(best.time)} per epoch predicted)")
-    if args.json:
+
+    def json_file():
         from gdsl.runtime.files import write_json
+        r = ran()
         write_json(args.json, {
             "P": args.np_, "widths": [int(w) for w in result.widths], **row,
             "choice": result.choice.best.name, "reason": result.choice.reason,
@@ -380,9 +392,13 @@ def cmd_plan(args, parser) -> int:
                             "memory_per_rank": c.memory_bytes, "fits": c.fits, "exact": c.cost.exact,
                             "pareto": any(c is p for p in result.choice.pareto)} for c in result.choice.candidates],
             **({"schedule_hint": {k: v for k, v in hinted.items() if k != "line"}} if hinted else {}),
-            **({"executes": ran.choice.best.name, "fastest_not_runnable": ran.skipped} if ran and ran.skipped
-               else {}),
+            **({"executes": r.choice.best.name, "fastest_not_runnable": r.skipped} if r and r.skipped else {}),
         })
+
+    # --json written even if stdout fails (`> /dev/full`, a reader that left), as `gdsl run` writes its
+    # files (was: the table's failed print ended the command first, exit 1 and no file; helper-28)
+    from gdsl.runtime.files import finish_run
+    finish_run(table, [json_file] if args.json else [])
     return 0
 
 
@@ -724,6 +740,9 @@ def main(argv: list[str] | None = None) -> int:
         # directory, without a word (helper-27)
         if isinstance(getattr(args, flag, None), str) and not getattr(args, flag).strip():
             args.command_parser.error(f"--{flag}: empty (give a directory)")
+    if isinstance(getattr(args, "profile", None), str) and not args.profile.strip():
+        # was (plan): '' read as the path '.': "gdsl: error: .: is a directory, not a profile file", exit 1
+        args.command_parser.error("--profile: empty (give a profile file)")
     if (getattr(args, "np_", None) or 0) > MAX_RANKS:   # was: plan and partition ran for hours (O(P) loops)
         args.command_parser.error(f"--np {args.np_}: at most {MAX_RANKS:,} ranks")
     if isinstance(getattr(args, "program", None), str) and not args.program.strip():
