@@ -223,3 +223,15 @@ def budgets(quick: bool) -> dict:
         return BUDGETS
     return {"kernel": {"min_reps": 3, "max_reps": 5, "budget_s": 0.5},
             "epoch": {"min_reps": 2, "max_reps": 3, "budget_s": 1.0}}
+
+
+def write_report(name: str, quick: bool, lines: list[str]) -> None:
+    """Write a benchmark's Markdown report: bench/RESULTS-<name>.md, or with
+    --quick bench/.cache/RESULTS-<name>-quick.md (not tracked, so the
+    committed results stay as they are)."""
+    from pathlib import Path
+    here = Path(__file__).resolve().parent
+    out = here / (f".cache/RESULTS-{name}-quick.md" if quick else f"RESULTS-{name}.md")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}", file=sys.stderr)

@@ -122,10 +122,8 @@ def main() -> None:
         versions.update(r["versions"])
     lines += ["", "Versions: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + "."]
     lines += ["", f"Sum of the input gradients (equal when the tie rule agrees): {json.dumps(sums)}", ""]
-    out = HERE / (".cache/RESULTS-maxmin-quick.md" if a.quick else "RESULTS-maxmin.md")   # quick: not tracked
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {out}", file=sys.stderr)
+    from common import write_report
+    write_report("maxmin", a.quick, lines)
 
 
 if __name__ == "__main__":

@@ -104,14 +104,13 @@ def main() -> None:
              "| case | median (s) | min (s) | x `gdsl run` |", "|---|---|---|---|"]
     for name, r in results.items():
         lines.append(f"| {name} | {r['median_s']:.2f} | {r['min_s']:.2f} | {r['median_s'] / base:.2f} |")
-    ask = "import torch; print('torch', torch.__version__)\ntry:\n import torch_geometric as g; print('torch_geometric', g.__version__)\nexcept ImportError: print('torch_geometric not installed (PyG skipped)')"
+    ask = ("import torch; print('torch', torch.__version__)\n"
+           "try:\n import torch_geometric as g; print('torch_geometric', g.__version__)\n"
+           "except ImportError: print('torch_geometric not installed (PyG skipped)')")
     versions = subprocess.run([sys.executable, "-c", ask], capture_output=True, text=True).stdout.split("\n")
     lines += ["", "Versions: " + ", ".join(v for v in versions if v) + "."]
-    out = HERE / (".cache/RESULTS-startup-quick.md" if a.quick else "RESULTS-startup.md")   # quick: not tracked
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {out}", file=sys.stderr)
-
+    from common import write_report
+    write_report("startup", a.quick, lines)
 
 if __name__ == "__main__":
     main()
