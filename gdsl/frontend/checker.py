@@ -53,6 +53,7 @@ class TrainConfig:
     batch_size: int | None = None
     fanout: list[int] | None = None
     span: Span = Span()
+    model_span: Span = Span()   # the `model = ...` line (the block's header when it has none)
 
 
 @dataclass
@@ -298,6 +299,7 @@ class Checker:
             if s.target != "eval" and len(s.values) != 1:
                 self.diags.error(s.values[1].span, f"'{s.target}' takes one value")
             getattr(self, f"train_{s.target}")(cfg, s.values)
+        cfg.model_span = seen.get("model", d.span)
         if "model" not in seen:
             if len(self.out.models) == 1:
                 cfg.model = next(iter(self.out.models))

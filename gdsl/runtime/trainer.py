@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from gdsl.diagnostics import GdslError
+from gdsl.diagnostics import CompileError, Diagnostic, GdslError
 from gdsl.graph.graph import Graph
 from gdsl.runtime import optim
 from gdsl.runtime.binding import check_masks
@@ -107,9 +107,24 @@ def nonfinite_grad(model, flags: list[float], epoch: int, loss_value: float) -> 
             "(inf * 0); the step is not taken, the params are the previous epoch's")
 
 
+def untrainable(program) -> CompileError:
+    """The error for a train block whose model has no params (nothing for the optimizer to step:
+    torch.optim refuses an empty parameter list too), at the block's `model =` line (was: a
+    GdslError with no line, at `gdsl run`; helper-31)."""
+    cfg = program.train
+    d = Diagnostic(cfg.model_span, f"model '{cfg.model}' has no params to train: none of the layers it calls "
+                                   "declares a param that its output uses, and an optimizer needs at least one "
+                                   "(as torch.optim does); declare a param in a layer, or use the model without "
+                                   "training it (gdsl.compile(...).module(graph))")
+    return CompileError([d], program.source)
+
+
 def make_optimizer(name: str, args: dict[str, float], params) -> optim.Optimizer:
     """The train block's optimizer (runtime/optim.py: torch's update rules, without torch.optim's import of
     torch._dynamo)."""
+    params = list(params)
+    if not params:   # (was: torch's ValueError under `gdsl run --np`, reported as an internal error)
+        raise GdslError("the model has no params to train (an optimizer needs at least one)")
     # the numbers as floats (was: an integer beyond int64, `momentum = 99999999999999999999`, reached
     # torch as an int: "int too big to convert" at the second step, exit 3)
     a = {k: v if k == "nesterov" or isinstance(v, bool) else float(v) for k, v in args.items()}
@@ -258,8 +273,7 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
         model = program.module(graph, backend=backend, hoist=True)   # compiles the kernels: seconds on a cold cache
         model.dropout_seed = seed
         if not any(p.requires_grad for p in model.parameters()):
-            raise GdslError(f"{program.file}: model '{cfg.model}' has no params to train (declare a param in one "
-                            f"of its layers)")
+            raise untrainable(program)
         opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
     except (KeyboardInterrupt, Terminated) as e:   # before any epoch: an empty result (`--json` with final {})
         result = TrainResult()
