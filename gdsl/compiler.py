@@ -56,12 +56,29 @@ def nll_of_raw_values(module: Module) -> list[Diagnostic]:
     loss = next((op for op in module.main.ops if op.name == "loss"), None)
     if loss is None or loss.attrs.get("fn") != "nll":
         return []
-    v, seen = loss.operands[0], set()
-    while v.owner is not None and v.owner.name == "call" and v.owner.attrs.get("callee") in module.funcs \
-            and v not in seen:
-        seen.add(v)
-        v = module.funcs[v.owner.attrs["callee"]].results[0]
-    if v.owner is not None and v.owner.name == "log_softmax":
+    def made_by(v):   # the op that computes v, through the layer calls that return it
+        seen = set()
+        while v.owner is not None and v.owner.name == "call" and v.owner.attrs.get("callee") in module.funcs \
+                and v not in seen:
+            seen.add(v)
+            v = module.funcs[v.owner.attrs["callee"]].results[0]
+        return v.owner
+
+    def last_axis(op) -> bool:
+        rank = len(op.result.type.shape)   # feature axes (a type's shape has no row axis)
+        try:
+            axis = int(op.attrs.get("axis", -1))
+        except (TypeError, ValueError):
+            return False
+        return axis in (-1, rank - 1)
+
+    op = made_by(loss.operands[0])
+    if op is not None and op.name == "log_softmax":
+        return []
+    # log(softmax(x)) written by hand is log-probabilities too (was: this warning; helper-31), the
+    # softmax over the classes' axis, in the same statement or in a layer the log reads
+    if op is not None and op.name == "log" and (sm := made_by(op.operands[0])) is not None \
+            and sm.name == "softmax" and last_axis(sm):
         return []
     return [Diagnostic(loss.span, "nll takes log-probabilities, but the model's output is not a log_softmax: on "
                                   "raw scores it trains to a negative loss (end the model with log_softmax(x), or "

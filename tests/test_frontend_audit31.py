@@ -66,3 +66,28 @@ def test_make_optimizer_empty_is_user_error():
     from gdsl.runtime.trainer import make_optimizer
     with pytest.raises(GdslError, match="no params to train"):
         make_optimizer("adam", {"lr": 0.01}, [])
+
+
+def _gcn_returning(expr: str, loss: str = "nll") -> str:
+    from pathlib import Path
+    src = (Path(__file__).parent.parent / "programs" / "gcn.gd").read_text()
+    src = src.replace("return GCNConv[C](h)", f"return {expr}").replace("cross_entropy", loss)
+    return src + "\nlayer P(h: [d]) -> [d] {\n    apply o = softmax(h)\n    return o\n}\n"
+
+
+@pytest.mark.parametrize("expr, warns", [
+    ("log(softmax(GCNConv[C](h)))", False),            # was: warned (a false positive)
+    ("log(softmax(GCNConv[C](h), axis = 0))", False),  # the class axis, by number
+    ("log(P(GCNConv[C](h)))", False),                  # the softmax in a layer, the log in the model
+    ("log_softmax(GCNConv[C](h))", False),
+    ("GCNConv[C](h)", True),                           # raw logits: still warned
+    ("softmax(GCNConv[C](h))", True),                  # probabilities, not their log
+    ("log(relu(GCNConv[C](h)))", True),
+    ("log(softmax(GCNConv[C](h)) * 2)", True),
+    ("mean(log(softmax(reshape(GCNConv[C](h), [1, C]), axis = 0)), 0)", True),   # a softmax over the 1-axis
+])
+def test_nll_recognises_log_of_softmax(expr, warns):
+    from gdsl.compiler import compile_source
+    c = compile_source(_gcn_returning(expr))
+    got = [d for d in c.warnings if "nll takes log-probabilities" in d.message]
+    assert bool(got) == warns, (expr, got)
