@@ -55,9 +55,11 @@ def test_auto_plan_skips_rows_replicated_whose_c_squared_does_not_divide_P():
     # --np 24`) chose rows_replicated(3), which partitioning then refused
     src = (ROOT / "programs" / "gcn.gd").read_text()
     plan = compile_source(src, "gcn.gd", dims={"F": 16, "C": 4, "N": 10000}, ranks=24, edges=226784).module.attrs["plan"]
-    assert plan["fastest_not_runnable"] == "rows_replicated(c=3)"
-    assert plan["strategy"] == "rows_replicated(c=2)"   # 4 | 24
-    assert plan["runner_up"] != "rows_replicated(c=4)"   # 16 does not divide 24 either
+    # helper-30: the chooser itself no longer picks a plan the ranks refuse at P (was: chose
+    # rows_replicated(3), which `runnable` then skipped): the choice is runnable as it stands
+    assert plan.get("fastest_not_runnable") is None
+    assert plan["strategy"] not in ("rows_replicated(c=3)", "rows_replicated(c=4)")   # 9, 16 do not divide 24
+    assert plan["runner_up"] not in ("rows_replicated(c=3)", "rows_replicated(c=4)")
 
 
 def test_rows_replicated_candidate_is_executable_only_when_c_squared_divides_P():
@@ -82,15 +84,19 @@ def test_a_plan_skipped_for_its_rank_count_is_not_blamed_on_the_program():
     lowered = compile_source(src, "gcn.gd", dims=dims, stop_after="lower").module
     ran = runnable(plan(lowered, {**dims, "E": 226784}, 24),
                    lambda d: compile_source(src, "gcn.gd", dims=dims, delay=d).module)
-    assert ran.skipped == "rows_replicated(c=3)" and ran.choice.best.name == "rows_replicated(c=2)"
-    assert ran.skipped_why == "on 24 ranks (1.5D needs c*c = 9 to divide P)"
-    assert "cannot run the cost model's fastest, rows_replicated(c=3), on 24 ranks" in ran.choice.reason
+    # helper-30: the cost model's choice skips rows_replicated(3) itself and its reason says why
+    # (was: chosen, then `runnable` named it skipped "on 24 ranks (1.5D needs c*c = 9 to divide P)")
+    assert ran.skipped is None and ran.choice.best.name != "rows_replicated(c=3)"
+    assert "faster but not runnable: rows_replicated(c=3) (" in ran.choice.reason
+    assert "1.5D needs c*c = 9 to divide P = 24" in ran.choice.reason
+    assert "for this program" not in ran.choice.reason
     ch = choose(Problem(N=10000, E=226784, F=16, H=16, C=4, L=2, P=24), None)
     whys = {c.name: why_not_runnable(c, 24) for c in ch.candidates}
     assert whys["rows_replicated(c=2)"] == whys["replicate"] == "for this program yet", whys
-    # docs/cli.md's `runs:` line names this reason too (was: only "for this program")
+    assert whys["rows_replicated(c=3)"] == "on 24 ranks (1.5D needs c*c = 9 to divide P)"
+    # docs/cli.md says the table marks it with its reason (was: only "for this program")
     cli_md = " ".join((ROOT / "docs" / "cli.md").read_text().split())
-    assert f"cannot run rows_replicated(c=3) {ran.skipped_why}, so" in cli_md
+    assert "x rows_replicated(c=3): not runnable: 1.5D needs c*c = 9 to divide P = 24" in cli_md
 
 
 def test_compile_np_layer_scopes_follow_repeat_and_shared_aggregations():

@@ -17,7 +17,7 @@ from gdsl.cost.build import (activation_terms, comm, fmax, gemm, graph_terms, pa
 from gdsl.cost.problem import Problem
 from gdsl.cost.rdm import Step
 from gdsl.cost.record import Cost, OpCost
-from gdsl.cost.symbols import Expr, lg, root
+from gdsl.cost.symbols import Expr, is_num, lg, root
 
 SYMBOLIC = Problem()
 
@@ -70,7 +70,7 @@ def rows_replicated(problem: Problem = SYMBOLIC, c: Expr = sy.c, *, orders=None)
     pb = problem
     N, E, P = pb.N, pb.E, pb.P
     layers = pb.layers(orders)
-    stages = P / c ** 2
+    stages = _stages(P, c)
 
     def on_spmm(st: Step) -> list[OpCost]:
         return [comm("bcast+allreduce", st, N * st.width / c + N * st.width * c / P, stages * lg(stages),
@@ -83,6 +83,19 @@ def rows_replicated(problem: Problem = SYMBOLIC, c: Expr = sy.c, *, orders=None)
     mem = (graph_terms(E * c / P, N * c / P) + activation_terms(layers, N * c / P, layers[0].f_in) + param_terms(layers)
            + [("buffers", 2 * N * c / P * spmm_width(layers))])  # broadcast block + partial sums
     return Cost("rows_replicated", (("c", c),), tuple(ops), tuple(mem))
+
+
+def _stages(P: Expr, c: Expr) -> Expr:
+    """Broadcast stages of the busiest process column (CAGNET §IV-B, Algorithm 2
+    line 3: s = p/c^2). With c | P but c*c not dividing P, the P/c block rows
+    do not split evenly over the c columns; CAGNET's implementation "assigns
+    more stages to the last process column": P/c - (c-1) floor(P/c^2) stages
+    there, and the column that waits longest sets the epoch's message count
+    (was P/c^2, a fractional count such as 1.5 at P = 24, c = 4)."""
+    if is_num(P) and is_num(c) and float(P) % float(c) == 0 and float(c) >= 1:
+        blocks, cc = int(P) // int(c), int(c)
+        return blocks - (cc - 1) * (blocks // cc)
+    return P / c ** 2
 
 
 def _cagnet_only(orders) -> None:

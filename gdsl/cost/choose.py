@@ -12,7 +12,7 @@ CAGNET's algorithms as published.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
 from gdsl.cost import rdm
@@ -47,10 +47,15 @@ class Candidate:
     memory_bytes: float         # per rank
     fits: bool = True
     estimates: tuple[str, ...] = ()
+    not_runnable: str = ""      # why the ranks cannot run it at these sizes ("" when they can)
 
     @property
     def name(self) -> str:
         return self.cost.name
+
+    @property
+    def runnable(self) -> bool:
+        return not self.not_runnable
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,17 @@ def _divisors(P: int) -> list[int]:
     """P's divisors, ascending, in O(sqrt P) (was O(P): `gdsl plan --np 10**9` hung)."""
     small = [d for d in range(1, math.isqrt(P) + 1) if P % d == 0]
     return small + [P // d for d in reversed(small) if d * d != P]
+
+
+def rows_replicated_refusal(P: int, c: int) -> str:
+    """Why the ranks do not run rows_replicated(c) on P ranks, or "": they run
+    whole broadcast stages only, c*c | P (CAGNET Algorithm 2 "outlines the
+    special case where c^2 perfectly divides p"; gdsl/graph/partition.py
+    refuses the others). The model prices every c | P with c*c <= P, as
+    CAGNET's own implementation runs them (§IV-B, uneven last column)."""
+    if P % (c * c) == 0:
+        return ""
+    return f"1.5D needs c*c = {c * c} to divide P = {P}"
 
 
 def _is_power(P: int, k: int) -> bool:
@@ -134,6 +150,8 @@ def candidates(problem: Problem, *, profile: Profile = DEFAULT_PROFILE, memory_p
             costs.append(edge_cut(pb, hash_halo(pb.N, pb.E, P) if halo is None else halo, orders=orders))
             notes[costs[-1].name] = halo_note
     out = [_evaluate(cst, profile, memory_per_rank, notes.get(cst.name, ())) for cst in costs]
+    out = [replace(cd, not_runnable=rows_replicated_refusal(P, int(dict(cd.cost.params)["c"])))
+           if cd.cost.strategy == "rows_replicated" else cd for cd in out]
     return sorted(out, key=lambda cd: (cd.time, cd.memory_bytes, cd.name))
 
 
@@ -175,13 +193,17 @@ def choose(problem: Problem, memory_per_rank: float | None = None, **options) ->
     cands = candidates(problem, memory_per_rank=memory_per_rank, **options)
     if not cands:
         raise ValueError("no strategy to choose from")
-    front_ids = rdm.pareto({i: (cd.time, cd.memory_bytes) for i, cd in enumerate(cands)})
-    front = tuple(cands[i] for i in front_ids)
-    fitting = [cd for cd in cands if cd.fits]
+    # a plan the ranks refuse at these sizes (rows_replicated(c) unless c*c | P) is listed, marked,
+    # and neither chosen nor on the Pareto front (was: chosen, then skipped by `partition = auto`,
+    # and unmarked in `gdsl plan`'s table when it was not the fastest)
+    able = [cd for cd in cands if cd.runnable] or cands
+    front_ids = rdm.pareto({i: (cd.time, cd.memory_bytes) for i, cd in enumerate(able)})
+    front = tuple(able[i] for i in front_ids)
+    fitting = [cd for cd in able if cd.fits]
     if not fitting:
-        small = min(cands, key=lambda cd: cd.memory_bytes)
-        fastest = ("it is also the fastest" if small is cands[0] else
-                   f"the fastest, {cands[0].name}, needs {fmt_bytes(cands[0].memory_bytes)}")
+        small = min(able, key=lambda cd: cd.memory_bytes)
+        fastest = ("it is also the fastest" if small is able[0] else
+                   f"the fastest, {able[0].name}, needs {fmt_bytes(able[0].memory_bytes)}")
         raise NoPlanFits(
             f"no plan fits in {fmt_bytes(memory_per_rank)} per rank on P={int(problem.P)} ranks: "
             f"the smallest, {small.name}, needs {fmt_bytes(small.memory_bytes)} per rank; {fastest}. "
@@ -196,10 +218,14 @@ def _reason(best: Candidate, cands: Sequence[Candidate], memory_per_rank: float 
     parts = [f"{best.name} is the fastest plan{where}: {fmt_time(best.time)} per epoch predicted "
              f"({fmt_time(best.compute)} compute, {fmt_time(best.comm)} communication"
              f"{', overlapped' if best.cost.overlap else ''}), {fmt_bytes(best.memory_bytes)} per rank"]
-    others = [cd for cd in cands if cd is not best and cd.fits]
+    others = [cd for cd in cands if cd is not best and cd.fits and cd.runnable]
     if others:
         parts.append(f"runner-up {others[0].name} at {fmt_time(others[0].time)}")
-    too_big = [cd for cd in cands if not cd.fits and cd.time < best.time][:2]
+    refused = [cd for cd in cands if not cd.runnable and cd.time < best.time][:2]
+    if refused:
+        parts.append("faster but not runnable: " + ", ".join(
+            f"{cd.name} ({fmt_time(cd.time)}, {cd.not_runnable})" for cd in refused))
+    too_big = [cd for cd in cands if not cd.fits and cd.runnable and cd.time < best.time][:2]
     if too_big:
         parts.append("faster but over memory: " + ", ".join(
             f"{cd.name} ({fmt_time(cd.time)}, needs {fmt_bytes(cd.memory_bytes)})" for cd in too_big))
@@ -252,17 +278,21 @@ def _fmt_count(x: float) -> str:
 def format_table(choice: Choice, limit: int | None = None) -> str:
     """The candidates, fastest first: * chosen, P on the time/memory Pareto front,
     ! over memory, ~ approximate (LANGUAGE.md: plans that trade freshness
-    for speed are marked so in the plan table)."""
+    for speed are marked so in the plan table), x not runnable at these
+    sizes, with the reason on a line under the table."""
     front = {id(cd) for cd in choice.pareto}
     head = ("", "plan", "time/epoch", "compute", "comm", "words/rank", "msgs/rank", "memory/rank")
     rows_ = [head]
+    refused = []
     for cd in choice.candidates[:limit]:
         mark = (("*" if cd is choice.best else "") + ("P" if id(cd) in front else "") + ("" if cd.fits else "!")
-                + ("" if cd.cost.exact else "~"))
+                + ("" if cd.cost.exact else "~") + ("" if cd.runnable else "x"))
+        if not cd.runnable:
+            refused.append(f"x  {cd.name}: not runnable: {cd.not_runnable}")
         rows_.append((mark, cd.name, fmt_time(cd.time), fmt_time(cd.compute), fmt_time(cd.comm),
                       _fmt_count(float(cd.cost.words)), _fmt_count(float(cd.cost.messages)),
                       fmt_bytes(cd.memory_bytes)))
     widths = [max(len(r[i]) for r in rows_) for i in range(len(head))]
     lines = ["  ".join(v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(r, widths))).rstrip()
              for r in rows_]
-    return "\n".join(lines)
+    return "\n".join(lines + refused)

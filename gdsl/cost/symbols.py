@@ -81,27 +81,45 @@ def smax(a: Expr, b: Expr) -> Expr:
 
 
 class Lg(sympy.Function):
-    """log2 kept as one symbol-like call so expressions print ``lg(P)``."""
+    """ceil(log2), kept as one symbol-like call so expressions print ``lg(P)``;
+    a number substituted for its argument gives an integer (see ``lg``)."""
 
     nargs = 1
 
     @classmethod
     def eval(cls, x):
         if x.is_Number:
-            return sympy.log(x, 2)
+            return sympy.Integer(_ceil_log2(float(x)))
         return None
 
     def _sympystr(self, printer) -> str:
         return f"lg({printer._print(self.args[0])})"
 
     def _eval_rewrite_as_log(self, x, **kwargs):
-        return sympy.log(x, 2)
+        return sympy.ceiling(sympy.log(x, 2))
+
+
+def _ceil_log2(x: float) -> int:
+    """ceil(log2 x) for x >= 1 (0 for x <= 1), exact at powers of two."""
+    if x <= 1:
+        return 0
+    k = math.ceil(math.log2(x))
+    # guard the float log2 at the boundaries: 2**(k-1) < x <= 2**k
+    while k > 0 and 2.0 ** (k - 1) >= x:
+        k -= 1
+    while 2.0 ** k < x:
+        k += 1
+    return k
 
 
 def lg(x: Expr) -> Expr:
-    """log2, the ``lg`` of CAGNET's latency terms."""
+    """The ``lg`` of CAGNET's latency terms (§III-A: a collective over P ranks
+    takes lg P rounds of messages, e.g. §IV-A-4's all-reduce alpha lg P): a
+    count of messages, so ceil(log2 x), an integer for any number of ranks
+    (was log2: 2.58 messages for a 6-rank all-reduce). Equal to log2 at
+    powers of two; lg(1) = 0."""
     if is_num(x):
-        return math.log2(num(x))
+        return _ceil_log2(num(x))
     return Lg(x)
 
 

@@ -30,7 +30,8 @@ class Partition:
         if result is None:
             return module
         best = result.choice.best
-        runner = next((c for c in result.choice.candidates if c is not best and c.fits), None)
+        # (helper-30: not a plan the ranks refuse at P, rows_replicated(c) unless c*c | P)
+        runner = next((c for c in result.choice.candidates if c is not best and c.fits and c.runnable), None)
         module.attrs["plan"] = {
             "P": int(result.problem.P), "strategy": best.name,
             "time_s": float(f"{best.time:.4g}"), "compute_s": float(f"{best.compute:.4g}"),
