@@ -81,3 +81,40 @@ def test_rows_replicated_stages_of_an_uneven_grid_are_whole():
     assert cost.messages == 30
     # c*c | P: the paper's P/c^2 stages, P = 16, c = 2: 4 lg 4 = 8 per SpMM, lg 8 = 3 per Y
     assert rows_replicated(Problem(**SMALL, P=16), 2).messages == 4 * 8 + 2 * 3
+
+
+# ---------------------------------------------------------------- 4. 1.5D memory: the stage blocks held
+
+def test_rows_replicated_buffers_hold_the_column_stage_blocks():
+    # P = 16, c = 2: P/c = 8 block rows of N c/P = N/8 rows; process column j runs
+    # s = P/c^2 = 4 broadcast stages and the runtime receives all 4 blocks before its
+    # SpMM (dist/functions.py BlockBcast concatenates them): 4 N/8 = N/2 = N/c rows,
+    # plus the N/8-row partial sums of the row all-reduce (Algorithm 2 line 8): 5N/8 rows
+    # at the widest SpMM. Widths 16 -> 16 -> 4, narrow orders: layer 1 sparse-first at
+    # 16 (its backward reads the memoised A^T H^0: no SpMM), layer 2 dense-first at 4,
+    # backward A G^2 at 4: widest 16. 5N/8 * 16 = 10 N words (was 2 N/8 * 16 = 4 N).
+    N = SMALL["N"]
+    mem = dict(rows_replicated(Problem(**SMALL, P=16), 2).memory_terms)
+    assert mem["buffers"] == pytest.approx(10 * N)
+    # A and H stay at CAGNET §IV-B's M_proc^1.5D, N c/P rows and nnz c/P nonzeros per rank:
+    # CSR 2 nnz c/P + N c/P words
+    assert mem["graph"] == pytest.approx(2 * SMALL["E"] * 2 / 16 + N * 2 / 16)
+
+
+def test_rows_replicated_buffers_cover_what_the_partition_fetches():
+    # the ranks' own partition (gdsl/dist/part.py): a rank whose block is not one of its
+    # column's stage blocks fetches all s of them; the model's buffer rows (s + 1 blocks:
+    # the fetched blocks and the partial sums of its own block) equal the largest
+    # fetched + own rows over the ranks. N = 64, P = 16, c = 2: blocks of 8 rows, s = 4.
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from helpers import random_graph
+
+    from gdsl.dist.part import build_parts, parse_spec
+    g = random_graph(n=64, e=400, seed=3)
+    parts = build_parts(parse_spec("rows_replicated(2)"), g, 16)
+    held = max((pr.n_local - pr.n_own) + pr.n_own for pr in parts)   # fetched + partial sums
+    assert held == 5 * 8
+    pb = Problem(N=64, E=400, P=16, widths=(1, 1))   # width 1: the buffer counts rows
+    assert dict(rows_replicated(pb, 2).memory_terms)["buffers"] == pytest.approx(held)

@@ -80,8 +80,13 @@ def rows_replicated(problem: Problem = SYMBOLIC, c: Expr = sy.c, *, orders=None)
 
     ops = walk(layers, on_spmm=on_spmm, gemm_rows=N * c / P,
                on_layer=lambda ly: [y_allreduce(ly, lg(P / c), "CAGNET §IV-B-4: alpha lg(P/c) + beta f^2")])
+    # Buffers: the stage blocks of the rank's process column, `stages` blocks of N c/P rows (N/c rows
+    # when c*c | P), all received before the SpMM (gdsl/dist/functions.py BlockBcast concatenates them;
+    # Algorithm 2 line 6 holds one at a time), and the N c/P-row partial sums of line 8's all-reduce.
+    # Was 2 N c/P w: one stage block, P/c^2 times too few rows for the blocks actually held.
+    # A and H stay at CAGNET §IV-B's M_proc^1.5D: N c/P rows, nnz c/P nonzeros per rank.
     mem = (graph_terms(E * c / P, N * c / P) + activation_terms(layers, N * c / P, layers[0].f_in) + param_terms(layers)
-           + [("buffers", 2 * N * c / P * spmm_width(layers))])  # broadcast block + partial sums
+           + [("buffers", (stages + 1) * N * c / P * spmm_width(layers))])
     return Cost("rows_replicated", (("c", c),), tuple(ops), tuple(mem))
 
 
