@@ -37,6 +37,33 @@ def layer_widths(lowered: Module) -> list:
     return [width(first)] + [width(op.result.type) for op in calls]
 
 
+def layer_params(lowered: Module) -> list | None:
+    """The parameter words of each layer call, in layer_widths' order: every
+    `param` of the called layer and of the layers it calls (weights and
+    biases: what the ranks' gradient all-reduce carries, dist/module.py
+    sync_grads), 0 for a parameter-free layer (SGC's or APPNP's
+    propagation). None when a param's shape is not a number."""
+    def words(fn_name: str, seen: tuple = ()) -> int | None:
+        fn = lowered.funcs.get(fn_name)
+        if fn is None or fn_name in seen:
+            return 0
+        total = 0
+        for op in fn.ops:
+            if op.name == "param":
+                n = sympy.Mul(*op.result.type.shape) if op.result.type.shape else sympy.Integer(1)
+                if not sympy.sympify(n).is_number:
+                    return None
+                total += int(n)
+            elif op.name == "call":
+                sub = words(op.attrs["callee"], seen + (fn_name,))
+                if sub is None:
+                    return None
+                total += sub
+        return total
+    out = [words(op.attrs["callee"]) for op in lowered.main.ops if op.name == "call"]
+    return None if any(w is None for w in out) else out
+
+
 def layer_scopes(lowered: Module) -> list[str]:
     """The scope of each layer call, in layer_widths' order: the inlined ops
     of layer l carry scopes[l - 1], which is where the partition pass writes
@@ -102,7 +129,11 @@ def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float |
     if not numeric:
         pb = Problem(P=P, widths=tuple(widths))
         return Plan(pb, None, widths, scopes=layer_scopes(lowered))
-    pb = Problem(N=dims["N"], E=dims["E"], P=P, widths=tuple(int(w) for w in widths))
+    # each layer's own parameter words (was: every layer priced as a GCN layer with an f_{l-1} x f_l W,
+    # so a parameter-free propagation layer got a phantom GEMM and weight all-reduce)
+    params = layer_params(lowered)
+    pb = Problem(N=dims["N"], E=dims["E"], P=P, widths=tuple(int(w) for w in widths),
+                 params=None if params is None else tuple(params))
     profile = load_profile() if profile is None else profile
     stats, how = ({}, {}) if graph is None else measure_partitions(graph.src, graph.dst, graph.num_nodes, P)
     extra = {"delay": delay} if isinstance(delay, int) and delay > 0 else {}

@@ -118,3 +118,68 @@ def test_rows_replicated_buffers_cover_what_the_partition_fetches():
     assert held == 5 * 8
     pb = Problem(N=64, E=400, P=16, widths=(1, 1))   # width 1: the buffer counts rows
     assert dict(rows_replicated(pb, 2).memory_terms)["buffers"] == pytest.approx(held)
+
+
+# ---------------------------------------------------------------- 2. a layer's all-reduce is its own params
+
+def test_sgc_layer_params_come_from_the_program():
+    # programs/extra/sgc.gd on Cora: Prop x 3 (no param), then Linear[C] (W: 1433 x 7, b: 7)
+    from pathlib import Path
+
+    from gdsl.compiler import compile_source
+    from gdsl.planning import layer_params, layer_widths
+    path = Path(__file__).resolve().parent.parent / "programs" / "extra" / "sgc.gd"
+    m = compile_source(path.read_text(), str(path), dims={"F": 1433, "C": 7, "N": 2708}, stop_after="lower").module
+    assert layer_widths(m) == [1433, 1433, 1433, 1433, 7]
+    assert layer_params(m) == [0, 0, 0, 1433 * 7 + 7]
+
+
+def test_parameter_free_layers_have_no_all_reduce_gemm_or_backward():
+    # SGC on 1D rows, N = 2708, P = 4, widths 1433 x 4 -> 7, params (0, 0, 0, 10038).
+    # forward: the 3 propagations are sparse-first at 1433 (equal widths), one broadcast
+    # each, (P-1)/P N 1433 words; Linear narrows, dense-first, its SpMM at 7.
+    # backward: only Linear's (nothing below it has a parameter, so no G^3 and nothing
+    # flows into the propagations): A G^4 at 7, then Y^4. One all-reduce: 10038 words.
+    N, P = 2708, 4
+    pb = Problem(N=N, E=13264, P=P, widths=(1433, 1433, 1433, 1433, 7), params=(0, 0, 0, 10038))
+    cost = rows(pb, orders="narrow")
+    ar = [o for o in cost.ops if o.op == "allreduce"]
+    assert [(o.layer, o.words) for o in ar] == [(4, 10038)]
+    assert cost.words == pytest.approx((P - 1) / P * N * (3 * 1433 + 7 + 7) + 10038)
+    # 5 broadcasts of P - 1 messages, one all-reduce of lg 4 = 2
+    assert cost.messages == 5 * (P - 1) + 2
+    # GEMMs: Linear's forward H W and its Y = H^T (A G), 2 (N/P) 1433 7 flops each; none for Prop
+    assert cost.epoch.dense_flops == pytest.approx(2 * 2 * N / P * 1433 * 7)
+    assert not [o for o in cost.ops if o.phase == "backward" and o.layer < 4]
+    # parameters: 4 words each (weight, gradient, two Adam moments)
+    assert dict(cost.memory_terms)["parameters"] == 4 * 10038
+    # without params every layer is priced as a GCN layer, as before (CAGNET's f_{l-1} f_l)
+    gcn = rows(Problem(N=N, E=13264, P=P, widths=(1433, 1433, 1433, 1433, 7)), orders="narrow")
+    assert sorted(o.words for o in gcn.ops if o.op == "allreduce") == sorted([1433 * 1433] * 3 + [1433 * 7])
+
+
+def test_a_parameter_free_layer_between_two_with_params_passes_the_gradient_on():
+    # widths 8 -> 8 -> 8 -> 4, params (64, 0, 32): layer 2 has no W, but layer 1 does, so the
+    # backward of layer 2 computes G^1 = A G^2 (one SpMM at 8, its broadcast) and no GEMM
+    pb = Problem(N=100, E=500, P=2, widths=(8, 8, 8, 4), params=(64, 0, 32))
+    cost = rows(pb)    # CAGNET's order: sparse-first both ways
+    l2 = [(o.phase, o.op) for o in cost.ops if o.layer == 2]
+    assert l2 == [("forward", "bcast"), ("forward", "spmm"), ("backward", "bcast"), ("backward", "spmm")]
+    assert [(o.layer, o.words) for o in cost.ops if o.op == "allreduce"] == [(1, 64), (3, 32)]
+
+
+def test_plan_prices_sgc_without_the_phantom_all_reduce():
+    # gdsl plan / compile --np: the chosen plan's all-reduces are Linear's only
+    from pathlib import Path
+
+    from gdsl.compiler import compile_source
+    from gdsl.planning import plan
+    path = Path(__file__).resolve().parent.parent / "programs" / "extra" / "sgc.gd"
+    dims = {"F": 1433, "C": 7, "N": 2708}
+    m = compile_source(path.read_text(), str(path), dims=dims, stop_after="lower").module
+    res = plan(m, {**dims, "E": 13264}, 4)
+    for cd in res.choice.candidates:
+        if cd.cost.strategy in ("replicate", "grid2d", "grid3d"):
+            continue
+        words = [(o.layer, o.words) for o in cd.cost.ops if o.op == "allreduce"]
+        assert words == [(4, 1433 * 7 + 7)], (cd.name, words)

@@ -26,8 +26,10 @@ def test_compile_np_puts_each_layers_collectives_on_its_own_aggregation():
     module = _compile_np4("programs/extra/dir_sage.gd")
     with_comm = [op for op in _aggregations(module) if "comm" in op.attrs]
     assert [op.attrs["scope"] for op in with_comm] == ["DirSAGEConv_1", "DirSAGEConv_2"]
-    assert "bwd allreduce 22.9K words" in with_comm[0].attrs["comm"]   # 1433 x 16
-    assert "bwd allreduce 112 words" in with_comm[1].attrs["comm"]     # 16 x 7
+    # helper-30: a layer's all-reduce is its own parameter words (Ws, Win, Wout and b), no longer
+    # one f_{l-1} x f_l W
+    assert "bwd allreduce 68.8K words" in with_comm[0].attrs["comm"]   # 3 x 1433 x 16 + 16
+    assert "bwd allreduce 343 words" in with_comm[1].attrs["comm"]     # 3 x 16 x 7 + 7
     assert "comm" not in module.attrs["plan"]
 
 
@@ -40,13 +42,14 @@ def test_compile_np_names_the_layer_of_collectives_without_an_aggregation():
     assert scopes == [f"PPR_{k}" for k in range(1, 6)]
     extra = module.attrs["plan"]["comm"]
     assert extra and all(item.startswith(("Linear_1: ", "Linear_2: ")) for item in extra)
-    assert "Linear_1: bwd allreduce 91.7K words" in extra                # 1433 x 64
+    assert "Linear_1: bwd allreduce 91.8K words" in extra                # 1433 x 64 + 64 (W and b; helper-30)
 
 
 def test_compile_np_gcn_collectives_unchanged():
     module = _compile_np4("programs/gcn.gd")
     comms = [op.attrs.get("comm") for op in _aggregations(module)]
-    assert comms[0].endswith("bwd allreduce 22.9K words") and comms[1].endswith("bwd allreduce 112 words")
+    # W and b of each layer (helper-30): 1433 x 16 + 16 = 22944, 16 x 7 + 7 = 119
+    assert comms[0].endswith("bwd allreduce 22.9K words") and comms[1].endswith("bwd allreduce 119 words")
 
 
 def test_auto_plan_skips_rows_replicated_whose_c_squared_does_not_divide_P():
@@ -106,12 +109,14 @@ def test_compile_np_layer_scopes_follow_repeat_and_shared_aggregations():
     module = _compile_np4("programs/extra/sgc.gd")
     with_comm = {op.attrs["scope"]: op.attrs["comm"] for op in _aggregations(module) if "comm" in op.attrs}
     assert list(with_comm) == ["Prop_1", "Prop_2", "Prop_3"]
-    assert all(c.endswith("bwd allreduce 2.05M words") for c in with_comm.values())   # 1433 x 1433, as priced
-    assert module.attrs["plan"]["comm"][-1] == "Linear_1: bwd allreduce 10K words"      # 1433 x 7
+    # helper-30: parameter-free, so no weight all-reduce (was a phantom 1433 x 1433 one, 2.05M words)
+    # and no backward (no parameter below them for a gradient to reach)
+    assert all("allreduce" not in c and "bwd" not in c for c in with_comm.values()), with_comm
+    assert module.attrs["plan"]["comm"][-1] == "Linear_1: bwd allreduce 10K words"      # 1433 x 7 + 7
     src = (ROOT / "programs" / "extra" / "sgc.gd").read_text().replace(
         "    h = X\n    repeat K {\n        h = Prop(h)\n    }\n", "    h = Prop(X) + Prop(X)\n")
     module = compile_source(src, "two.gd", dims=dict(CORA), ranks=4, edges=13264).module
     assert [op.attrs["scope"] for op in _aggregations(module)] == ["Prop_1"]
     assert "comm" in _aggregations(module)[0].attrs
     props = [i for i in module.attrs["plan"]["comm"] if i.startswith("Prop_")]
-    assert props and all(i.startswith("Prop_2: ") for i in props) and "Prop_2: bwd allreduce 2.05M words" in props
+    assert props and all(i.startswith("Prop_2: fwd ") for i in props), props   # no phantom all-reduce

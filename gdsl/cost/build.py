@@ -41,10 +41,15 @@ def comm(op: str, step_or_layer, words: Expr, messages: Expr, what: str, source:
                   count=ly.count if count is None else count, what=what, source=source)
 
 
-def y_allreduce(ly: Layer, messages: Expr, source: str = CAGNET_Y) -> OpCost:
-    """The weight gradient's all-reduce: CAGNET §IV-A-4, alpha lg P + beta f^2."""
-    return comm("allreduce", ly, ly.f_in * ly.f_out, messages,
-                f"the weight gradient Y^{ly.index}", source, phase="backward")
+def y_allreduce(ly: Layer, messages: Expr, source: str = CAGNET_Y) -> list[OpCost]:
+    """The weight gradient's all-reduce: CAGNET §IV-A-4, alpha lg P + beta f^2,
+    of the layer's parameter words (f_{l-1} f_l for a GCN layer); none for a
+    layer with no parameter (was: a phantom f x f all-reduce for SGC's and
+    APPNP's propagation layers)."""
+    if not ly.has_params:
+        return []
+    return [comm("allreduce", ly, ly.weight_words, messages,
+                 f"the weight gradient Y^{ly.index}", source, phase="backward")]
 
 
 def walk(layers: Sequence[Layer], *,
@@ -108,7 +113,8 @@ def activation_terms(layers: Sequence[Layer], n_loc: Expr, features: Expr,
     working set (G^l and A G^l at the widest layer)."""
     kept = [ly for ly in layers if not skip(ly)]
     acts = sum((ly.count * 2 * n_loc * ly.f_out for ly in kept), 0)
-    reads_t = [ly for ly in kept if ly.fwd == SPARSE_FIRST and ly.bwd == DENSE_FIRST and ly.memoize]
+    reads_t = [ly for ly in kept if ly.fwd == SPARSE_FIRST and ly.bwd == DENSE_FIRST and ly.memoize
+               and ly.has_params]   # T is kept for Y^l = T^T G^l: no Y without a parameter
     memo = sum((ly.count * n_loc * ly.f_in for ly in reads_t), 0)
     return [("features", n_loc * features), ("activations", acts), ("memoised A^T H", memo),
             ("gradients", 2 * n_loc * grad_width(kept or layers))]
@@ -118,8 +124,9 @@ def param_terms(layers: Sequence[Layer], first_layer_rows: Expr | None = None) -
     """Weights, their gradients and two Adam moments: 4 words per parameter."""
     total = 0
     for ly in layers:
-        k = ly.f_in if (first_layer_rows is None or not ly.first) else first_layer_rows
-        total += ly.count * 4 * k * ly.f_out
+        # P3's layer 1_M: a rank holds first_layer_rows of the f_in rows of W^1
+        share = 1 if (first_layer_rows is None or not ly.first) else first_layer_rows / ly.f_in
+        total += ly.count * 4 * ly.weight_words * share
     return [("parameters", total)]
 
 

@@ -55,7 +55,7 @@ def rows(problem: Problem = SYMBOLIC, *, partition: str = "hash", orders=None) -
                 spmm(st, E / P, N / P, st.width)]
 
     ops = walk(layers, on_spmm=on_spmm, gemm_rows=N / P,
-               on_layer=lambda ly: [y_allreduce(ly, lg(P))])
+               on_layer=lambda ly: y_allreduce(ly, lg(P)))
     mem = (graph_terms(E / P, N / P) + activation_terms(layers, N / P, layers[0].f_in) + param_terms(layers)
            + [("buffers", N / P * spmm_width(layers))])  # one broadcast block at a time (Algorithm 1)
     return Cost("rows", (("partition", partition),), tuple(ops), tuple(mem))
@@ -79,7 +79,7 @@ def rows_replicated(problem: Problem = SYMBOLIC, c: Expr = sy.c, *, orders=None)
                 spmm(st, E / P, N * c / P, st.width)]
 
     ops = walk(layers, on_spmm=on_spmm, gemm_rows=N * c / P,
-               on_layer=lambda ly: [y_allreduce(ly, lg(P / c), "CAGNET §IV-B-4: alpha lg(P/c) + beta f^2")])
+               on_layer=lambda ly: y_allreduce(ly, lg(P / c), "CAGNET §IV-B-4: alpha lg(P/c) + beta f^2"))
     # Buffers: the stage blocks of the rank's process column, `stages` blocks of N c/P rows (N/c rows
     # when c*c | P), all received before the SpMM (gdsl/dist/functions.py BlockBcast concatenates them;
     # Algorithm 2 line 6 holds one at a time), and the N c/P-row partial sums of line 8's all-reduce.
@@ -106,6 +106,13 @@ def _stages(P: Expr, c: Expr) -> Expr:
 def _cagnet_only(orders) -> None:
     if orders not in (None, "sparse_first"):
         raise ValueError("grid2d and grid3d are modelled for CAGNET's order only (sparse-first both ways)")
+
+
+def _no_gemm_without_params(ops: list[OpCost], layers) -> list[OpCost]:
+    """A parameter-free layer multiplies by no W: its GEMMs go (eq. 4's f^2 is
+    already its 0 parameter words)."""
+    by = {ly.index: ly for ly in layers}
+    return [o for o in ops if o.op != "gemm" or by[o.layer].has_params]
 
 
 def grid2d(problem: Problem = SYMBOLIC, *, orders=None) -> Cost:
@@ -140,10 +147,11 @@ def grid2d(problem: Problem = SYMBOLIC, *, orders=None) -> Cost:
                  "CAGNET §IV-C-3: alpha (2 sqrt(P) + lg P) + beta (nnz/sqrt(P) + 3nf/sqrt(P))"),
             spmm(bw, E / q, N, b / q),
             gemm(Step("gemm", "backward", i, a, count=ly.count, what=f"G^{i-1} = (A G^{i}) W^T"), N / P, b, a),
-            comm("summa", bw, N * a / q + N * b / q + a * b, q + lg(P), "2D dense SUMMA for Y + all-gather",
+            comm("summa", bw, N * a / q + N * b / q + ly.weight_words, q + lg(P), "2D dense SUMMA for Y + all-gather",
                  "CAGNET §IV-C-4: alpha (sqrt(P) + lg P) + beta (2nf/sqrt(P) + f^2)"),
             gemm(Step("gemm", "backward", i, b, count=ly.count, what=f"Y^{i} = H^T (A G^{i})"), N / P, a, b),
         ]
+    ops = _no_gemm_without_params(ops, layers)
     mem = (graph_terms(E / P, N / q) + activation_terms(layers, N / P, layers[0].f_in) + param_terms(layers)
            + [("buffers", 2 * E / P + 2 * N * fmax(layers) / P)])  # one SUMMA stage of A and of H
     return Cost("grid2d", (), tuple(ops), tuple(mem))
@@ -182,10 +190,11 @@ def grid3d(problem: Problem = SYMBOLIC, *, orders=None) -> Cost:
                  "CAGNET §IV-D-3: alpha (2P^(1/3) + 3 lg P) + beta (nnz/P^(2/3) + 5nf/P^(2/3))"),
             spmm(bw, E / q2, N / q, b / q),
             gemm(Step("gemm", "backward", i, a, count=ly.count, what=f"G^{i-1} = (A G^{i}) W^T"), N / P, b, a),
-            comm("summa3d", bw, N * a / q2 + N * b / q2 + a * b, 2 * lg(P), "3D dense SUMMA for Y + all-gather",
+            comm("summa3d", bw, N * a / q2 + N * b / q2 + ly.weight_words, 2 * lg(P), "3D dense SUMMA for Y + all-gather",
                  "CAGNET §IV-D-4: alpha 2 lg P + beta (2nf/P^(2/3) + f^2)"),
             gemm(Step("gemm", "backward", i, b, count=ly.count, what=f"Y^{i} = H^T (A G^{i})"), N / P, a, b),
         ]
+    ops = _no_gemm_without_params(ops, layers)
     mem = (graph_terms(E / P, N / q2) + activation_terms(layers, N / P, layers[0].f_in) + param_terms(layers)
            + [("3D replication", (q - 1) * N * fmax(layers) / P)])  # P^(1/3) n f^max / P in all
     return Cost("grid3d", (), tuple(ops), tuple(mem))

@@ -81,7 +81,7 @@ def vertex_cut(problem: Problem = SYMBOLIC, *, delay: Expr | None = 0, rho: Expr
         return ops + [replace(c, overlapped=True) if delayed else c]
 
     ops = walk(layers, on_spmm=on_spmm, gemm_rows=rho * N / P,
-               on_layer=lambda ly: [y_allreduce(ly, lg(P))])
+               on_layer=lambda ly: y_allreduce(ly, lg(P)))
     mem = (graph_terms(E / P, rho * N / P) + activation_terms(layers, rho * N / P, layers[0].f_in) + param_terms(layers))
     if delay is not None:
         mem.append(("partial-aggregate buffers", 2 * (rho - 1) * N / P * spmm_width(layers)))

@@ -34,7 +34,7 @@ def halo_ops(layers, N: Expr, E: Expr, P: Expr, halo: Expr, *, skip=lambda ly: F
                 spmm(st, E / P, N / P, st.width)]
 
     return walk(layers, on_spmm=on_spmm, gemm_rows=N / P, skip=skip,
-                on_layer=lambda ly: [y_allreduce(ly, lg(P))])
+                on_layer=lambda ly: y_allreduce(ly, lg(P)))
 
 
 def edge_cut(problem: Problem = SYMBOLIC, halo: Expr = sy.S, *, orders=None) -> Cost:

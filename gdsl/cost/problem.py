@@ -89,13 +89,30 @@ class Layer:
     count: Expr = 1
     first: bool = False
     last: bool = False
+    weights: Expr | None = None   # words of the layer's parameters; None: a GCN layer's W, f_{l-1} f_l
+
+    @property
+    def weight_words(self) -> Expr:
+        """The words of the layer's parameter gradients, all-reduced in the
+        backward (CAGNET §IV-A-4's Y, f_{l-1} f_l for a GCN layer)."""
+        return self.f_in * self.f_out if self.weights is None else self.weights
+
+    @property
+    def has_params(self) -> bool:
+        """False for a parameter-free layer (SGC's or APPNP's propagation):
+        no GEMM, no weight gradient, no all-reduce."""
+        w = self.weights
+        return w is None or not (is_num(w) and float(w) == 0)
 
 
 @dataclass(frozen=True)
 class Problem:
     """Sizes of one training problem, symbols by default, numbers to evaluate.
 
-    ``widths`` overrides F, H, C and L with explicit f_0..f_L.
+    ``widths`` overrides F, H, C and L with explicit f_0..f_L. ``params``
+    gives each layer's parameter words (f_1..f_L's layers, explicit depth
+    only): what its weight-gradient all-reduce moves, 0 for a layer with no
+    parameter; None prices every layer as a GCN layer, f_{l-1} f_l.
     """
 
     N: Expr = sy.N
@@ -106,6 +123,7 @@ class Problem:
     L: Expr = sy.L
     P: Expr = sy.P
     widths: tuple | None = field(default=None)
+    params: tuple | None = field(default=None)
 
     def __post_init__(self) -> None:
         # a size given by name ("F", or widths=("F", "H", "C")) is the symbol of that name, as the IR
@@ -116,6 +134,12 @@ class Problem:
             object.__setattr__(self, name, sym(getattr(self, name)))
         if self.widths is not None:
             object.__setattr__(self, "widths", tuple(sym(w) for w in self.widths))
+        if self.params is not None:
+            object.__setattr__(self, "params", tuple(sym(w) for w in self.params))
+            if self.symbolic_depth:
+                raise ValueError("per-layer params need a numeric L (or explicit widths)")
+            if len(self.params) != len(self.layer_widths()) - 1:
+                raise ValueError(f"params gives {len(self.params)} layers, the widths {len(self.layer_widths()) - 1}")
 
     @property
     def symbolic_depth(self) -> bool:
@@ -146,6 +170,12 @@ class Problem:
         return out
 
     def layers(self, orders: "str | OrderConfig | Sequence | None" = None) -> tuple[Layer, ...]:
+        out = self._layers(orders)
+        if self.params is None:
+            return out
+        return tuple(replace(ly, weights=w) for ly, w in zip(out, self.params))
+
+    def _layers(self, orders: "str | OrderConfig | Sequence | None" = None) -> tuple[Layer, ...]:
         """The layer kinds with their orders.
 
         ``orders``: None or "sparse_first" (CAGNET's algorithms: SpMM first
@@ -191,7 +221,7 @@ class Problem:
             # parameter behind it) aggregates sparse-first: what the order pass
             # does under DistGNN's cd-r (passes/order.py, order_by=delay)
             return tuple(replace(ly, fwd=SPARSE_FIRST, bwd=DENSE_FIRST, memoize=True) if ly.first else ly
-                         for ly in self.layers("narrow"))
+                         for ly in self._layers("narrow"))
         raise ValueError(f"unknown orders {orders!r}: use None, 'sparse_first', 'narrow', 'delay_safe' "
                          "or an OrderConfig")
 

@@ -78,17 +78,20 @@ def schedule(layers: Sequence[Layer], *, input_grad: bool = True,
     memo: dict[int, bool] = {}
     for ly in layers:
         a, b, i = ly.f_in, ly.f_out, ly.index
+        w = ly.has_params   # a parameter-free layer (SGC's propagation) has no GEMM and no Y
         if ly.fwd == SPARSE_FIRST:
             if cur == ROWS:
                 add("redistribute", "forward", ly, a, f"H^{i-1} rows->cols (consecutive sparse-first layers)")
             add("spmm", "forward", ly, a, f"T^{i} = A^T H^{i-1}")
             add("redistribute", "forward", ly, a, f"T^{i} cols->rows")
-            add("gemm", "forward", ly, b, f"Z^{i} = T^{i} W^{i}", k=a)
+            if w:
+                add("gemm", "forward", ly, b, f"Z^{i} = T^{i} W^{i}", k=a)
             cur, memo[i] = ROWS, ly.memoize
         else:
             if cur == COLS:
                 add("redistribute", "forward", ly, a, f"H^{i-1} cols->rows (consecutive dense-first layers)")
-            add("gemm", "forward", ly, b, f"H^{i-1} W^{i}", k=a)
+            if w:
+                add("gemm", "forward", ly, b, f"H^{i-1} W^{i}", k=a)
             add("redistribute", "forward", ly, b, f"H^{i-1} W^{i} rows->cols")
             add("spmm", "forward", ly, b, f"Z^{i} = A^T (H^{i-1} W^{i})")
             cur, memo[i] = COLS, False
@@ -97,29 +100,37 @@ def schedule(layers: Sequence[Layer], *, input_grad: bool = True,
     cur = ROWS  # the loss gradient G^L is row-sliced
     for ly in reversed(layers):
         a, b, i = ly.f_in, ly.f_out, ly.index
-        need_g = input_grad or not ly.first
+        w = ly.has_params
+        # G^{i-1} is needed when a layer below has parameters (autograd computes no gradient
+        # that reaches no parameter: SGC's propagation layers, under its Linear, have none)
+        need_g = input_grad or any(lo.has_params for lo in layers if lo.index < i)
+        if not (w or need_g):
+            continue
         if ly.bwd == SPARSE_FIRST:
             if cur == ROWS:
                 add("redistribute", "backward", ly, b, f"G^{i} rows->cols")
             add("spmm", "backward", ly, b, f"A G^{i}")
             add("redistribute", "backward", ly, b, f"A G^{i} cols->rows")
-            add("gemm", "backward", ly, b, f"Y^{i} = H^{i-1}^T (A G^{i})", k=a)
-            if need_g:
+            if w:
+                add("gemm", "backward", ly, b, f"Y^{i} = H^{i-1}^T (A G^{i})", k=a)
+            if need_g and w:
                 add("gemm", "backward", ly, a, f"G^{i-1} = (A G^{i}) W^{i}^T", k=b)
             cur = ROWS
         else:
             if cur == COLS:
                 add("redistribute", "backward", ly, b, f"G^{i} cols->rows")
             if need_g:
-                add("gemm", "backward", ly, a, f"G^{i} W^{i}^T", k=b)
+                if w:
+                    add("gemm", "backward", ly, a, f"G^{i} W^{i}^T", k=b)
                 add("redistribute", "backward", ly, a, f"G^{i} W^{i}^T rows->cols")
                 add("spmm", "backward", ly, a, f"G^{i-1} = A (G^{i} W^{i}^T)")
-            if not memo.get(i, False):
+            if w and not memo.get(i, False):
                 m = smin(a, b)
                 add("spmm", "backward", ly, m, f"recompute A^T H^{i-1} or A G^{i} for Y^{i} (not memoised)")
                 add("redistribute", "backward", ly, m, "its input to cols")
                 add("redistribute", "backward", ly, m, "its output to rows")
-            add("gemm", "backward", ly, b, f"Y^{i} = (A^T H^{i-1})^T G^{i}", k=a)
+            if w:
+                add("gemm", "backward", ly, b, f"Y^{i} = (A^T H^{i-1})^T G^{i}", k=a)
             cur = COLS
     return steps
 

@@ -43,13 +43,17 @@ def redistribute(problem: Problem, R_A: Expr = sy.R_A, *, config: OrderConfig | 
             ops.append(comm("alltoall", st, (R_A - 1) / R_A * N * st.width / P, R_A - 1, st.what,
                             "RDM §III-D, §IV-A-4: (R_A-1)/R_A N f in all"))
         elif st.kind == "spmm":
-            ops += [comm("bcast", st, (P / R_A - 1) * N * st.width / P, P / R_A - 1,
-                         f"the {st.what} input within its column group",
-                         "RDM §III-E: (P/R_A - 1)|B| in all"),
-                    spmm(st, E * R_A / P, N * R_A / P, st.width / R_A)]
+            if not (is_num(R_A) and is_num(P) and float(R_A) == float(P)):
+                # R_A = P: A everywhere, no broadcast (was listed as a 0-word, 0-message op, which
+                # `gdsl compile --np` printed on the aggregation as "fwd bcast 0 words")
+                ops.append(comm("bcast", st, (P / R_A - 1) * N * st.width / P, P / R_A - 1,
+                                f"the {st.what} input within its column group",
+                                "RDM §III-E: (P/R_A - 1)|B| in all"))
+            ops.append(spmm(st, E * R_A / P, N * R_A / P, st.width / R_A))
         else:
             ops.append(gemm(st, N / P, st.k, st.width))
-    ops += [y_allreduce(ly, lg(P)) for ly in layers]
+    for ly in layers:
+        ops += y_allreduce(ly, lg(P))
     fm = spmm_width(layers, input_grad)
     mem = (graph_terms(E * R_A / P, N * R_A / P) + activation_terms(layers, N / P, layers[0].f_in) + param_terms(layers)
            + [("buffers", N * fm / R_A + 2 * N * fm / P)])  # a column slice for the SpMM, all-to-all send+recv
