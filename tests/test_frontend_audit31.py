@@ -59,6 +59,32 @@ def test_no_params_is_located_at_model_line(tmp_path):
         gdsl.train(prog, g, epochs=1, backend="reference")
 
 
+def test_no_params_found_before_the_module_is_built_and_when_dead():
+    """The check is made on the program as written before any module is built
+    (binding.check_masks, which `gdsl run --np` also calls before it
+    partitions: was torch's ValueError from the ranks, an internal error),
+    and again on the module: a layer whose param is never used, or whose only
+    call is in a `repeat 0`, leaves nothing to train either."""
+    from gdsl.runtime.binding import check_masks
+    g = random_graph(n=10, e=30, f=3, c=2)
+    with pytest.raises(CompileError, match=r"<input>:17:5: error: model 'M' has no params"):
+        check_masks(gdsl.compile(NOPARAM).checked, g)
+    dead = NOPARAM.replace("    gather  a = sum(m)\n", "    gather  a = sum(m)\n    param W : f32[d, d] = glorot\n")
+    zero = NOPARAM + "\nlayer Lin(h: [d]) -> [d] {\n    param W : f32[d, d] = glorot\n    return h @ W\n}\n"
+    zero = zero.replace("    return Prop(X)", "    h = X\n    repeat 0 { h = Lin(h) }\n    return Prop(h)")
+    for src, line in ((dead, 18), (zero, 19)):
+        with pytest.warns(UserWarning) if src is dead else _nothing():
+            prog = gdsl.compile(src)
+        check_masks(prog.checked, g)   # as written, the model calls a layer with a param
+        with pytest.raises(CompileError, match=rf"<input>:{line}:5: error: model 'M' has no params"):
+            gdsl.train(prog, g, epochs=1, backend="reference")
+
+
+def _nothing():
+    import contextlib
+    return contextlib.nullcontext()
+
+
 def test_make_optimizer_empty_is_user_error():
     """`gdsl run --np` builds its optimizer in the ranks: an empty list was
     torch's ValueError, reported as an internal error."""

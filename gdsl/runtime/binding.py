@@ -1,7 +1,7 @@
 """Bind a program to a graph: symbolic dims from the data, data checks."""
 from __future__ import annotations
 
-from gdsl.diagnostics import GdslError
+from gdsl.diagnostics import CompileError, Diagnostic, GdslError
 from gdsl.frontend import ast
 from gdsl.frontend.checker import CheckedProgram
 from gdsl.graph.graph import Graph
@@ -146,11 +146,47 @@ def _bind(dims: dict[str, int], dexpr: ast.Expr, size: int, name: str, graph: Gr
     dims[dexpr.id] = size
 
 
+def untrainable_error(prog: CheckedProgram) -> CompileError:
+    """A train block's model with no params: nothing for the optimizer to step (torch.optim refuses
+    an empty parameter list too); at the block's `model =` line (helper-31)."""
+    cfg = prog.train
+    return CompileError([Diagnostic(
+        cfg.model_span, f"model '{cfg.model}' has no params to train: none of the layers it calls declares a "
+                        "param that its output uses, and an optimizer needs at least one (as torch.optim "
+                        "does); declare a param in a layer, or use the model without training it "
+                        "(gdsl.compile(...).module(graph))")], prog.source)
+
+
+def _calls_a_param(prog: CheckedProgram) -> bool:
+    """Whether the train block's model names a layer that declares a param (as written: a call in a
+    `repeat 0`, or a param its layer does not use, is found when the module is built)."""
+    model = prog.models.get(prog.train.model)
+    if model is None:
+        return True
+    names: set[str] = set()
+
+    def walk(x) -> None:
+        if isinstance(x, ast.Name):
+            names.add(x.id)
+        elif isinstance(x, list):
+            for y in x:
+                walk(y)
+        elif isinstance(x, ast.Node):
+            for k in getattr(x, "__dataclass_fields__", ()):
+                if k != "span":
+                    walk(getattr(x, k))
+    walk(model.body)
+    return any(isinstance(st, ast.ParamStmt) for n in names if n in prog.layers for st in prog.layers[n].body)
+
+
 def check_masks(prog: CheckedProgram, graph: Graph) -> None:
-    """Every mask the train block uses must be in the graph."""
+    """Before training (gdsl.train, gdsl run, and its partitioning under --np): the model has
+    something to train, and every mask the train block uses is in the graph."""
     cfg = prog.train
     if cfg is None:
         return
+    if not _calls_a_param(prog):   # (was: under --np, torch's ValueError from the ranks: an internal error)
+        raise untrainable_error(prog)
     # the fields' types first: a mask assigned as a list (`g.train_mask = [...]`) was a raw AttributeError
     graph._check_types(graph.source or graph.name)
     used = ([cfg.loss.mask] if cfg.loss and cfg.loss.mask else []) + [m for _, m in cfg.eval if m]

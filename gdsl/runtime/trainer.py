@@ -15,10 +15,10 @@ from typing import Callable
 
 import torch
 
-from gdsl.diagnostics import CompileError, Diagnostic, GdslError
+from gdsl.diagnostics import GdslError
 from gdsl.graph.graph import Graph
 from gdsl.runtime import optim
-from gdsl.runtime.binding import check_masks
+from gdsl.runtime.binding import check_masks, untrainable_error
 from gdsl.runtime.files import check_json_path, write_atomic, write_json  # noqa: F401 (the trainer's API)
 from gdsl.runtime.signals import Terminated, signals_held
 
@@ -105,18 +105,6 @@ def nonfinite_grad(model, flags: list[float], epoch: int, loss_value: float) -> 
             f"({loss_value:.4f}): the forward pass makes an inf or nan the loss does not read (rsqrt(0) or 1/0 at "
             "a vertex with no in-edge outside the loss's mask, ...) and the backward pass turns it into nan "
             "(inf * 0); the step is not taken, the params are the previous epoch's")
-
-
-def untrainable(program) -> CompileError:
-    """The error for a train block whose model has no params (nothing for the optimizer to step:
-    torch.optim refuses an empty parameter list too), at the block's `model =` line (was: a
-    GdslError with no line, at `gdsl run`; helper-31)."""
-    cfg = program.train
-    d = Diagnostic(cfg.model_span, f"model '{cfg.model}' has no params to train: none of the layers it calls "
-                                   "declares a param that its output uses, and an optimizer needs at least one "
-                                   "(as torch.optim does); declare a param in a layer, or use the model without "
-                                   "training it (gdsl.compile(...).module(graph))")
-    return CompileError([d], program.source)
 
 
 def make_optimizer(name: str, args: dict[str, float], params) -> optim.Optimizer:
@@ -273,7 +261,7 @@ def train(program, graph: Graph, *, backend: str | None = None, epochs: int | No
         model = program.module(graph, backend=backend, hoist=True)   # compiles the kernels: seconds on a cold cache
         model.dropout_seed = seed
         if not any(p.requires_grad for p in model.parameters()):
-            raise untrainable(program)
+            raise untrainable_error(program.checked)   # a param the layers declare but do not use
         opt = make_optimizer(cfg.optimizer, cfg.optimizer_args, model.parameters())
     except (KeyboardInterrupt, Terminated) as e:   # before any epoch: an empty result (`--json` with final {})
         result = TrainResult()
