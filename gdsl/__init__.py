@@ -8,12 +8,13 @@
 
 Names are imported lazily so `gdsl compile` does not pay for importing torch.
 """
-from gdsl.diagnostics import CompileError, Error, GdslError, GdslWarning  # noqa: F401
-
 __version__ = "0.1.0"
 
+# (the error classes too: the `gdsl` command's first code, gdsl/__main__.py, runs after this
+# package is imported, and a Ctrl-C before it printed a traceback: nothing here imports)
 _LAZY = {"Program": "gdsl.api", "compile": "gdsl.api", "Graph": "gdsl.graph", "load_graph": "gdsl.graph",
-         "train": "gdsl.runtime.trainer"}
+         "train": "gdsl.runtime.trainer", **dict.fromkeys(("CompileError", "Error", "GdslError", "GdslWarning"),
+                                                          "gdsl.diagnostics")}
 
 
 def __getattr__(name: str):

@@ -861,15 +861,16 @@ def _dispatch(args, parser, debug: bool) -> int:
         return 3
 
 
-_PROCESS = {"cap_memory": False}   # set by `entry`: the process is gdsl's own, not a caller's (tests, notebooks)
+_PROCESS = {"cap_memory": False}   # set by `entry` (gdsl/__main__.py): the process is gdsl's own, not a caller's (tests, notebooks)
 
 
 def entry() -> None:
-    _PROCESS["cap_memory"] = True
-    startup.hold()   # while it imports torch, sympy, numba (gdsl/runtime/startup.py)
-    code = main()
-    startup.before_exit()
-    sys.exit(code)
+    """The `gdsl` process (kept for `python -m gdsl.cli` and scripts that call
+    it): gdsl/__main__.py's entry, which the console script now names. It
+    imports this module inside its `try` (a Ctrl-C while it imports says
+    `gdsl: interrupted`, exit 130) and keeps the status at exit."""
+    from gdsl.__main__ import entry as process_entry
+    process_entry()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,199 @@
+"""helper-29: the `gdsl` process's entry (gdsl/__main__.py: Ctrl-C at any
+moment, and while it exits), checkpoint files that are not files, a stopped
+`gdsl partition`, and odd arguments a new user tries."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+GCN = str(ROOT / "programs" / "gcn.gd")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from helpers import gdsl_here  # noqa: E402, F401
+
+
+# -- 1. Ctrl-C while the process starts, and while it exits ----------------------------------------
+
+# The child starts the command as the console script does, and says so just before: what comes
+# before (the interpreter's own start, `site`, the console script's first lines: about 15 ms) is
+# Python's, as for any program.
+_STARTED = ("import sys; sys.argv[0] = 'gdsl'\n"
+            "from gdsl.__main__ import entry\n"
+            "sys.stderr.write('@'); sys.stderr.flush()\n"
+            "entry()\n")
+
+
+def _interrupt_after(delay: float, *args: str) -> subprocess.CompletedProcess:
+    p = subprocess.Popen([sys.executable, "-c", _STARTED, *args], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    assert p.stderr.read(1) == b"@"
+    time.sleep(delay)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    return subprocess.CompletedProcess(args, p.returncode, out.decode(), err.decode())
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.005, 0.02, 0.1, 0.3])
+def test_ctrl_c_while_gdsl_starts_says_interrupted_and_exits_130(delay):
+    """Was: a Ctrl-C while the console script imported gdsl.cli (argparse,
+    gdsl.diagnostics), or while `main` built its parser (before its own
+    boundary), printed a Python traceback and the process died by SIGINT
+    (status -2)."""
+    r = _interrupt_after(delay, "run", GCN, "--epochs", "1", "--backend", "reference")
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 130, (r.returncode, r.stderr)
+    assert r.stderr.endswith("gdsl: interrupted\n"), r.stderr
+
+
+def test_the_console_script_and_python_m_gdsl_start_at_the_small_entry():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert 'gdsl = "gdsl.__main__:entry"' in text
+    script = Path(sys.executable).parent / "gdsl"
+    if script.exists():   # the installed console script (pip install -e . writes it from pyproject.toml)
+        assert "from gdsl.__main__ import entry" in script.read_text()
+    for argv in ([sys.executable, "-m", "gdsl"],) + (([str(script)],) if script.exists() else ()):
+        p = subprocess.Popen([*argv, "run", GCN, "--epochs", "1", "--backend", "reference"], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(0.15)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == 130 and err.decode() == "gdsl: interrupted\n", (argv, p.returncode, err)
+
+
+def _child(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+
+
+def test_a_ctrl_c_in_the_interpreters_teardown_does_not_kill_the_process_by_sigint():
+    """Was: after the atexit callbacks Python gives SIGINT back to its default
+    action; a Ctrl-C while it then freed the modules (torch's take a while)
+    killed the process (status -2), though `gdsl: interrupted` and exit 130
+    (or the command's own status) had been decided."""
+    r = _child("import os, signal, sys\n"
+               "class Late:\n"
+               "    def __del__(self, kill=os.kill, pid=os.getpid(), sig=signal.SIGINT):\n"
+               "        kill(pid, sig)\n"
+               "sys.modules['late'] = Late()   # freed in the teardown, as it empties sys.modules\n"
+               "del Late\n"
+               "sys.argv = ['gdsl', 'passes']\n"
+               "from gdsl.cli import entry\n"
+               "entry()\n")
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert "Traceback" not in r.stderr and "lower" in r.stdout
+
+
+def test_a_ctrl_c_in_an_atexit_callback_ends_the_process_with_the_commands_status():
+    """Was: "Exception ignored in atexit callback" and a KeyboardInterrupt
+    traceback (torch's and concurrent.futures' callbacks run there)."""
+    r = _child("import atexit, os, signal, sys, time\n"
+               "import gdsl.cli\n"
+               "real = gdsl.cli.cmd_passes\n"
+               "def cmd_passes(args):\n"
+               "    atexit.register(lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(2)))\n"
+               "    return real(args) + 5\n"
+               "gdsl.cli.cmd_passes = cmd_passes\n"
+               "sys.argv = ['gdsl', 'passes']\n"
+               "gdsl.cli.entry()\n")
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 5 and "lower" in r.stdout, (r.returncode, r.stderr)
+
+
+def test_a_ctrl_c_after_the_interruption_was_said_keeps_status_130():
+    """The first Ctrl-C stops the command (`gdsl: interrupted`, 130); a second
+    one while the process exits neither prints a traceback nor turns the
+    status into -2."""
+    r = _child("import atexit, os, signal, sys\n"
+               "import gdsl.cli\n"
+               "def cmd_passes(args):\n"
+               "    atexit.register(lambda: os.kill(os.getpid(), signal.SIGINT))\n"
+               "    raise KeyboardInterrupt\n"
+               "gdsl.cli.cmd_passes = cmd_passes\n"
+               "sys.argv = ['gdsl', 'passes']\n"
+               "gdsl.cli.entry()\n")
+    assert r.returncode == 130 and r.stderr == "gdsl: interrupted\n", (r.returncode, r.stderr)
+
+
+
+def test_a_ctrl_c_while_numpy_initialises_is_an_interruption_not_an_internal_error():
+    """Was: numpy's C extension, interrupted while it imports `datetime`, raised
+    ImportError ("IMPORTANT: PLEASE READ THIS FOR ADVICE ..."): `gdsl:
+    internal compiler error`, exit 3."""
+    r = _child("import os, signal, sys\n"
+               "class Finder:\n"
+               "    def find_spec(self, name, path=None, target=None):\n"
+               "        if name == 'datetime' and 'numpy' in sys.modules:   # numpy's C extension, initialising\n"
+               "            sys.meta_path.remove(self)\n"
+               "            os.kill(os.getpid(), signal.SIGINT)\n"
+               "sys.meta_path.insert(0, Finder())\n"
+               f"sys.argv = ['gdsl', 'run', {GCN!r}, '--epochs', '1', '--backend', 'reference']\n"
+               "from gdsl.cli import entry\n"
+               "entry()\n")
+    assert r.returncode == 130 and r.stderr == "gdsl: interrupted\n", (r.returncode, r.stderr[-500:])
+
+@pytest.fixture
+def python_sigint():
+    """SIGINT as Python sets it (an earlier test's handler put aside), given back after the test."""
+    sigs = (signal.SIGINT, signal.SIGTERM, signal.SIGALRM)
+    saved = {s: signal.getsignal(s) for s in sigs}
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    from gdsl.runtime import signals
+    signals.forget_pending()
+    for s, h in saved.items():
+        signal.signal(s, h)
+
+
+def _slow_module(tmp_path, monkeypatch, name: str, sig: int) -> None:
+    (tmp_path / f"{name}.py").write_text(
+        f"import os, signal\nos.kill(os.getpid(), {int(sig)})\nfor _ in range(200_000):\n    pass\ndone = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_a_ctrl_c_while_the_process_imports_is_raised_when_the_import_ends(tmp_path, monkeypatch, python_sigint):
+    """Was: raised inside the import, where numpy's C extension turned it into
+    an ImportError (`gdsl: internal compiler error: IMPORTANT: PLEASE READ
+    THIS ...`, exit 3) and a pybind11 callback in torch's made the process
+    abort (status -6)."""
+    from gdsl.runtime import signals
+    _slow_module(tmp_path, monkeypatch, "gdsl_audit29_a", signal.SIGINT)
+    signals.interrupt_after_imports()
+    with pytest.raises(KeyboardInterrupt):
+        import gdsl_audit29_a  # noqa: F401
+        time.sleep(5)   # the timer's 10 ms look ends it
+    assert sys.modules["gdsl_audit29_a"].done   # the import ran to its end
+
+
+def test_a_sigterm_while_gdsl_run_imports_is_raised_when_the_import_ends(tmp_path, monkeypatch, python_sigint):
+    from gdsl.runtime.signals import Terminated, stop_on_signals
+    _slow_module(tmp_path, monkeypatch, "gdsl_audit29_b", signal.SIGTERM)
+    with pytest.raises(Terminated), stop_on_signals():
+        import gdsl_audit29_b  # noqa: F401
+        time.sleep(5)
+    assert sys.modules["gdsl_audit29_b"].done
+
+
+def test_a_signal_waiting_for_an_import_also_waits_for_a_held_block(tmp_path, monkeypatch, python_sigint):
+    """The optimizer's step (signals_held) is not cut halfway by it."""
+    from gdsl.runtime import signals
+    (tmp_path / "gdsl_audit29_c.py").write_text(
+        "import os, signal, time\n"
+        "from gdsl.runtime.signals import signals_held\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "steps = []\n"
+        "with signals_held():\n"
+        "    time.sleep(0.05)\n"
+        "    steps.append(1)\n"
+        "steps.append(2)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    signals.interrupt_after_imports()
+    with pytest.raises(KeyboardInterrupt):
+        import gdsl_audit29_c  # noqa: F401
+        time.sleep(5)
+    assert sys.modules["gdsl_audit29_c"].steps == [1, 2]
