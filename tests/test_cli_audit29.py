@@ -197,3 +197,58 @@ def test_a_signal_waiting_for_an_import_also_waits_for_a_held_block(tmp_path, mo
         import gdsl_audit29_c  # noqa: F401
         time.sleep(5)
     assert sys.modules["gdsl_audit29_c"].steps == [1, 2]
+
+
+# -- 2. a --resume DIR whose files are not files ------------------------------------------------------
+
+def _checkpoint(tmp_path) -> Path:
+    d = tmp_path / "ck"
+    (d / "epoch-1").mkdir(parents=True)
+    (d / "epoch-1" / "rank-1.pt").write_bytes(b"")
+    (d / "checkpoint.json").write_text('{"format": "gdsl-checkpoint-1", "epoch": 1, "size": 2, "dir": "epoch-1"}\n')
+    return d
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("directory", "is a directory, not a checkpoint file (of rank 0)"),
+    ("broken symlink", "is a broken symbolic link to /no/such/rank-0.pt, not a checkpoint file (of rank 0)"),
+    ("fifo", "is a FIFO, not a checkpoint file (of rank 0)"),
+    ("missing", "missing checkpoint file of rank 0")])
+def test_a_rank_file_that_is_not_a_file_is_named_for_what_it_is(tmp_path, kind, said):
+    """Was: "missing checkpoint file of rank 0" for a directory or a broken
+    symlink (a FIFO, read by a rank under mpiexec, hung it)."""
+    from gdsl.diagnostics import GdslError
+    from gdsl.dist.run import check_resume
+    d = _checkpoint(tmp_path)
+    f = d / "epoch-1" / "rank-0.pt"
+    if kind == "directory":
+        f.mkdir()
+    elif kind == "broken symlink":
+        f.symlink_to("/no/such/rank-0.pt")
+    elif kind == "fifo":
+        os.mkfifo(f)
+    with pytest.raises(GdslError) as e:
+        check_resume(d, 2, None)
+    assert str(e.value) == f"{f}: {said}"
+
+
+def test_a_broken_symlink_for_the_index_or_the_directory_says_so(tmp_path):
+    from gdsl.diagnostics import GdslError
+    from gdsl.dist.run import read_checkpoint_index
+    d = _checkpoint(tmp_path)
+    (d / "checkpoint.json").unlink()
+    (d / "checkpoint.json").symlink_to(d / "old.json")
+    with pytest.raises(GdslError, match=r"checkpoint.json: is a broken symbolic link to .*old.json, not a checkpoint "
+                                        r"index$"):
+        read_checkpoint_index(d)
+    (tmp_path / "gone").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(GdslError, match=r"gone: no checkpoint here \(is a broken symbolic link to .*elsewhere\)$"):
+        read_checkpoint_index(tmp_path / "gone")
+
+
+def test_gdsl_run_resume_names_a_directory_where_a_rank_file_should_be(tmp_path):
+    d = _checkpoint(tmp_path)
+    (d / "epoch-1" / "rank-0.pt").mkdir()
+    r = gdsl_here("run", GCN, "--np", "2", "--partition", "rows", "--resume", d, "--epochs", "3")
+    assert r.returncode == 1, r.stderr
+    assert f"gdsl: error: {d}/epoch-1/rank-0.pt: is a directory, not a checkpoint file (of rank 0)" in r.stderr

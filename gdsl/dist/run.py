@@ -26,7 +26,7 @@ from gdsl.dist.comm import WATCHDOG, waiting
 from gdsl.dist.errors import AllRanksError
 from gdsl.dist.part import read_header
 from gdsl.dist.stop import Stop
-from gdsl.runtime.files import torch_save
+from gdsl.runtime.files import not_a_file, torch_save
 
 # Every rank prints nothing but errors; rank 0 prints progress and results.
 
@@ -192,12 +192,16 @@ def read_checkpoint_index(directory: Path) -> dict:
     """DIR/checkpoint.json, checked to be a gdsl checkpoint index."""
     directory = Path(directory)
     if not directory.exists():
-        raise GdslError(f"{directory}: no checkpoint here (no such directory)")
+        what = not_a_file(directory)
+        raise GdslError(f"{directory}: no checkpoint here ({'no such directory' if what == 'does not exist' else what})")
     if not directory.is_dir():
         raise GdslError(f"{directory}: no checkpoint here (not a directory)")
     idx = directory / "checkpoint.json"
-    if not idx.exists():
+    what = not_a_file(idx)
+    if what == "does not exist":
         raise GdslError(f"{directory}: no checkpoint here (checkpoint.json missing)")
+    if what is not None:   # (was: a broken symlink "missing", a FIFO read for ever)
+        raise GdslError(f"{idx}: {what}, not a checkpoint index")
     try:
         text = idx.read_text()
     except OSError as e:
@@ -326,10 +330,18 @@ def check_resume(directory: Path, size: int, identity: dict | None, epochs: int 
                         f"{epochs}: nothing is left to train (--epochs N with N > {done} trains on from it)")
     files = checkpoint_files(directory, info)
     for r in range(size):
-        path = files / f"rank-{r}.pt"
-        if not path.is_file():
-            raise GdslError(f"{path}: missing checkpoint file of rank {r}")
+        _check_rank_file(files / f"rank-{r}.pt", r)
     return info
+
+
+def _check_rank_file(path: Path, rank: int) -> None:
+    """A rank's checkpoint file is a regular file (was: a directory or a broken
+    symlink there was "missing"; a FIFO, read by a rank under mpiexec, hung it)."""
+    what = not_a_file(path)
+    if what == "does not exist":
+        raise GdslError(f"{path}: missing checkpoint file of rank {rank}")
+    if what is not None:
+        raise GdslError(f"{path}: {what}, not a checkpoint file (of rank {rank})")
 
 
 def checkpoint_files(directory: Path, info: dict) -> Path:
@@ -431,8 +443,7 @@ def _load_checkpoint(directory: Path, comm, model, opt, identity: dict | None = 
     if err:
         raise AllRanksError(err)
     path = checkpoint_files(directory, info) / f"rank-{comm.rank}.pt"
-    if not path.exists():
-        raise GdslError(f"{path}: missing checkpoint file of rank {comm.rank}")
+    _check_rank_file(path, comm.rank)
     try:
         state = torch.load(path, weights_only=True, map_location=model.device)
     except OSError as e:

@@ -188,3 +188,28 @@ def discard_stdout() -> None:
         os.close(fd)
     except (OSError, ValueError, AttributeError):
         pass
+
+
+def not_a_file(path: Path) -> str | None:
+    """What is at `path` when it is not a regular file to read ("is a
+    directory", "is a broken symbolic link to X", "is a FIFO"), or "does not
+    exist"; None for a regular file (a symlink to one included)."""
+    import stat
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        if os.path.islink(path):
+            try:
+                return f"is a broken symbolic link to {os.readlink(path)}"
+            except OSError:
+                return "is a broken symbolic link"
+        return "does not exist"
+    except OSError as e:   # a loop of symlinks, a name too long, no permission on the directory
+        return (e.strerror or str(e)).lower()
+    if stat.S_ISREG(mode):
+        return None
+    if stat.S_ISDIR(mode):
+        return "is a directory"
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
+    return f"is {kind}"
