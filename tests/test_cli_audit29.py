@@ -252,3 +252,49 @@ def test_gdsl_run_resume_names_a_directory_where_a_rank_file_should_be(tmp_path)
     r = gdsl_here("run", GCN, "--np", "2", "--partition", "rows", "--resume", d, "--epochs", "3")
     assert r.returncode == 1, r.stderr
     assert f"gdsl: error: {d}/epoch-1/rank-0.pt: is a directory, not a checkpoint file (of rank 0)" in r.stderr
+
+
+# -- 3. `gdsl partition` stopped before it wrote anything ----------------------------------------------
+
+def test_a_partition_stopped_before_writing_does_not_name_a_directory_it_never_made(tmp_path, monkeypatch):
+    """Was: "stopped before every file was written: DIR holds no partition a
+    run would take", DIR never created."""
+    import gdsl.dist.part as part
+
+    def build_parts(*a, **k):   # METIS at work when Ctrl-C comes
+        raise KeyboardInterrupt
+    monkeypatch.setattr(part, "build_parts", build_parts)
+    d = tmp_path / "new" / "p"
+    r = gdsl_here("partition", GCN, "--np", "2", "--partition", "rows", "--out", d)
+    assert r.returncode == 130
+    assert r.stderr == "gdsl partition: stopped before anything was written\ngdsl: interrupted\n"
+    assert not d.exists()
+
+
+def test_a_partition_stopped_in_its_first_write_removes_the_directory_it_made(tmp_path, monkeypatch):
+    import numpy as np
+
+    from gdsl.runtime.signals import Terminated
+
+    def savez(path, **arrays):
+        Path(path).write_bytes(b"PK\x03\x04 half")
+        raise Terminated(signal.SIGTERM)
+    monkeypatch.setattr(np, "savez", savez)
+    d = tmp_path / "p"
+    r = gdsl_here("partition", GCN, "--np", "2", "--partition", "rows", "--out", d)
+    assert r.returncode == 143
+    assert r.stderr == "gdsl partition: stopped before anything was written\ngdsl: terminated (SIGTERM)\n"
+    assert not d.exists()
+
+
+def test_a_partition_stopped_in_a_directory_that_was_there_names_it(tmp_path, monkeypatch):
+    import gdsl.dist.part as part
+
+    def build_parts(*a, **k):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(part, "build_parts", build_parts)
+    d = tmp_path / "p"
+    d.mkdir()
+    r = gdsl_here("partition", GCN, "--np", "2", "--partition", "rows", "--out", d)
+    assert r.returncode == 130 and d.is_dir()
+    assert r.stderr.startswith(f"gdsl partition: stopped before every file was written: {d} holds no partition")

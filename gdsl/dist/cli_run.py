@@ -464,13 +464,22 @@ def cmd_partition(args, prog, graph) -> int:
     # SIGTERM and SIGHUP stop it as Ctrl-C does, with its files removed (was: killed with a temporary
     # file left in --out)
     check_out_dir(args.out)
+    out = Path(args.out)
+    made = not os.path.lexists(out)
     with stop_on_signals():
-        spec = choose_spec(prog, graph, args.np_, args.partition, args.delay, args.halo, args.seed,
-                           args.mem_per_rank)
         try:
+            spec = choose_spec(prog, graph, args.np_, args.partition, args.delay, args.halo, args.seed,
+                               args.mem_per_rank)
             info = write_partition(prog, graph, spec, args.np_, args.out)
         except (KeyboardInterrupt, Terminated):
-            if not part_path(args.out, 0).exists():
+            if made and out.is_dir() and not any(out.iterdir()):
+                try:   # the directory it made for the files, nothing in it
+                    out.rmdir()
+                except OSError:
+                    pass
+            if made and not os.path.lexists(out):   # (was: "DIR holds no partition ...", DIR never made)
+                print("gdsl partition: stopped before anything was written", file=sys.stderr)
+            elif not part_path(args.out, 0).exists():
                 print(f"gdsl partition: stopped before every file was written: {args.out} holds no partition a "
                       "run would take", file=sys.stderr)
             raise
