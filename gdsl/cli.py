@@ -19,7 +19,7 @@ from pathlib import Path
 
 from gdsl.diagnostics import CompileError, GdslError, render_all
 from gdsl.runtime import startup
-from gdsl.runtime.files import discard_stdout
+from gdsl.runtime.files import broken_link, discard_stdout
 from gdsl.runtime.signals import Terminated, stop_on_signals
 
 STAGES = ("ast", "ir", "ir-opt")
@@ -513,9 +513,13 @@ def cmd_compile(args, parser) -> int:
         try:
             dump_dir.mkdir(parents=True, exist_ok=True)
         except FileExistsError:
+            if (link := broken_link(dump_dir)) is not None:   # (was: "exists and is not a directory")
+                raise GdslError(f"--dump-dir {dump_dir}: {link}" + (", not a directory" if link.startswith("is a")
+                                                                    else "")) from None
             raise GdslError(f"--dump-dir {dump_dir}: exists and is not a directory") from None
         except OSError as e:   # was: "/proc/x: no such file"
-            raise GdslError(f"--dump-dir {dump_dir}: cannot create the directory ({e.strerror or e})") from None
+            why = (e.strerror or str(e)).lower()
+            raise GdslError(f"--dump-dir {dump_dir}: cannot create the directory ({why})") from None
         ours = {"00-ast.txt"} | {f"{i:02d}-{name}.ir" for i, name in enumerate(names, 1)}   # what it writes
         for old in dump_dir.iterdir():   # an earlier compile's dumps (was: left beside this one's, helper-9)
             if old.name in ours and (old.is_file() or old.is_symlink()):
@@ -810,8 +814,9 @@ def _dispatch(args, parser, debug: bool) -> int:
     except GdslError as e:
         print(f"gdsl: error: {e}", file=sys.stderr)
         return 1
-    except FileNotFoundError as e:
-        print(f"gdsl: error: {e.filename}: no such file", file=sys.stderr)
+    except FileNotFoundError as e:   # (a symlink to nothing: was "no such file", naming the link)
+        link = broken_link(e.filename) if isinstance(e.filename, str) else None
+        print(f"gdsl: error: {e.filename}: {link or 'no such file'}", file=sys.stderr)
         return 1
     except IsADirectoryError as e:
         print(f"gdsl: error: {e.filename}: is a directory", file=sys.stderr)
@@ -820,7 +825,8 @@ def _dispatch(args, parser, debug: bool) -> int:
         print(f"gdsl: error: {e.filename}: permission denied", file=sys.stderr)
         return 1
     except FileExistsError as e:   # a directory wanted (--dump-dir, --out) where a file is
-        print(f"gdsl: error: {e.filename}: exists and is not a directory", file=sys.stderr)
+        link = broken_link(e.filename) if isinstance(e.filename, str) else None
+        print(f"gdsl: error: {e.filename}: {link or 'exists and is not a directory'}", file=sys.stderr)
         return 1
     except NotADirectoryError as e:
         print(f"gdsl: error: {e.filename}: a part of this path is not a directory", file=sys.stderr)

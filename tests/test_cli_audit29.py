@@ -298,3 +298,37 @@ def test_a_partition_stopped_in_a_directory_that_was_there_names_it(tmp_path, mo
     r = gdsl_here("partition", GCN, "--np", "2", "--partition", "rows", "--out", d)
     assert r.returncode == 130 and d.is_dir()
     assert r.stderr.startswith(f"gdsl partition: stopped before every file was written: {d} holds no partition")
+
+
+# -- 4. odd arguments a new user tries ------------------------------------------------------------------
+
+@pytest.fixture
+def broken(tmp_path) -> Path:
+    link = tmp_path / "gone"
+    link.symlink_to(tmp_path / "nowhere")
+    return link
+
+
+@pytest.mark.parametrize("args, said", [
+    (["compile", "{link}"], "gdsl: error: {link}: is a broken symbolic link to {to}"),
+    (["compile", "{link}/x.gd"], "gdsl: error: {link}/x.gd: is in {link}, a broken symbolic link to {to}"),
+    (["run", GCN, "--data", "{link}"], "gdsl: error: {link}: is a broken symbolic link to {to}"),
+    (["compile", GCN, "--dump-dir", "{link}"],
+     "gdsl: error: --dump-dir {link}: is a broken symbolic link to {to}, not a directory"),
+    (["compile", GCN, "--dump-dir", "{link}/d"], "gdsl: error: --dump-dir {link}/d: is in {link}, a broken symbolic "
+                                                 "link to {to}"),
+    (["partition", GCN, "--np", "2", "--out", "{link}"],
+     "gdsl: error: {link}: is a broken symbolic link to {to}, not a directory"),
+    (["run", GCN, "--np", "2", "--parts", "{link}"],
+     "gdsl: error: {link}: is a broken symbolic link to {to}, not a directory"),
+    (["run", GCN, "--np", "2", "--checkpoint", "{link}"],
+     "gdsl: error: --checkpoint {link}: is a broken symbolic link to {to} (a checkpoint is a directory)"),
+], ids=["program", "program-in-it", "data", "dump-dir", "dump-dir-in-it", "partition-out", "parts", "checkpoint"])
+def test_a_broken_symlink_is_named_as_one(broken, args, said):
+    """Was: "no such file" (the link is there), "exists and is not a
+    directory", `--checkpoint`: "cannot write there (File exists)";
+    `partition --out` refused only after the cost model chose the plan."""
+    to = os.readlink(broken)
+    r = gdsl_here(*[a.format(link=broken) for a in args])
+    assert r.returncode == 1
+    assert r.stderr == said.format(link=broken, to=to) + "\n", r.stderr

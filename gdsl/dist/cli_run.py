@@ -242,7 +242,7 @@ def check_outputs(args) -> None:
     """--json FILE, --save FILE and --checkpoint DIR can be written: checked before the
     ranks start, not found out after training."""
     from gdsl.graph.io import resolve_data
-    from gdsl.runtime.files import check_json_path
+    from gdsl.runtime.files import broken_link, check_json_path
     for flag in ("json", "save"):
         if getattr(args, flag, None):
             check_json_path(getattr(args, flag), f"--{flag}",
@@ -259,6 +259,9 @@ def check_outputs(args) -> None:
         p = Path(args.checkpoint)
         if p.exists() and not p.is_dir():
             raise GdslError(f"--checkpoint {p}: exists and is not a directory (a checkpoint is a directory)")
+        if (link := broken_link(p)) is not None:   # (was: "cannot write there (File exists)")
+            raise GdslError(f"--checkpoint {p}: {link}" + (" (a checkpoint is a directory)" if link.startswith("is a")
+                                                           else ""))
         resumed = getattr(args, "resume", None)
         if (p / "checkpoint.json").exists() and not (resumed and Path(resumed).resolve() == p.resolve()):
             # another run's checkpoint (or this run's, restarted without --resume) is not replaced

@@ -26,7 +26,7 @@ from gdsl.dist.comm import WATCHDOG, waiting
 from gdsl.dist.errors import AllRanksError
 from gdsl.dist.part import read_header
 from gdsl.dist.stop import Stop
-from gdsl.runtime.files import not_a_file, torch_save
+from gdsl.runtime.files import broken_link, not_a_file, torch_save
 
 # Every rank prints nothing but errors; rank 0 prints progress and results.
 
@@ -132,6 +132,8 @@ def check_out_dir(out: str | Path) -> None:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise GdslError(f"{out}: exists and is not a directory")
+    if (link := broken_link(out)) is not None:   # (was: refused after the plan was chosen, "exists and is ...")
+        raise GdslError(f"{out}: {link}" + (", not a directory" if link.startswith("is a") else ""))
     q = out
     while not q.exists() and q != q.parent:
         q = q.parent    # the directory it will be created in

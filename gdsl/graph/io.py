@@ -169,7 +169,8 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
                 if os.sep not in typed and not typed.endswith(".npz") else
                 f" (the built-in data set is named {Path(typed).stem.lower()}, without a path or .npz)"
                 if Path(typed).stem.lower() in BUILTIN else "")
-        raise GdslError(f"{typed}: no such file{hint}")
+        from gdsl.runtime.files import broken_link
+        raise GdslError(f"{typed}: {broken_link(p) or 'no such file'}{hint}")   # (was: a dangling symlink "no such file")
     if p.is_dir():
         raise GdslError(_is_a_directory(path, p))
     if not p.is_file():   # was: /dev/zero read as a pickle, a named pipe waited on forever

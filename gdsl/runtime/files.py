@@ -213,3 +213,22 @@ def not_a_file(path: Path) -> str | None:
     kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else
             "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "not a regular file")
     return f"is {kind}"
+
+
+
+def broken_link(path: str | Path) -> str | None:
+    """For a path that is not there, because it or one of its parents is a
+    symlink to nothing (mkdir then fails with "File exists", open with "No
+    such file"): "is a broken symbolic link to T", or "is in L, a broken
+    symbolic link to T"; else None."""
+    path = Path(path)
+    q = path
+    while not q.exists() and q != q.parent:
+        if q.is_symlink():
+            try:
+                to = f" to {os.readlink(q)}"
+            except OSError:
+                to = ""
+            return f"is a broken symbolic link{to}" if q == path else f"is in {q}, a broken symbolic link{to}"
+        q = q.parent
+    return None
