@@ -115,6 +115,16 @@ def _no_gemm_without_params(ops: list[OpCost], layers) -> list[OpCost]:
     return [o for o in ops if o.op != "gemm" or by[o.layer].has_params]
 
 
+def _backward(ly, layers, g_ops: list[OpCost], y_ops: list[OpCost]) -> list[OpCost]:
+    """A layer's backward on the 2D/3D grids: eq. 3 (G^{l-1}, from A G^l) when the layer or
+    one below it has a parameter, eq. 4 (Y^l's dense SUMMA) only when it has one: a
+    parameter-free layer (SGC's propagation) has no Y, and none of its backward when no layer
+    below has a parameter, as rdm.schedule prices 1D/1.5D (helper-32; was: a phantom eq. 4
+    SUMMA per propagation layer and SGC's whole backward)."""
+    need_g = ly.has_params or any(lo.has_params for lo in layers if lo.index < ly.index)
+    return (g_ops if need_g else []) + (y_ops if ly.has_params else [])
+
+
 def grid2d(problem: Problem = SYMBOLIC, *, orders=None) -> Cost:
     """Block 2D on a sqrt(P) x sqrt(P) grid (CAGNET §IV-C, Algorithm 3), per layer:
       eq. 1  SUMMA SpMM + partial SUMMA: alpha 2 sqrt(P) + beta (nnz/sqrt(P) + 2 n f/sqrt(P))
@@ -142,15 +152,17 @@ def grid2d(problem: Problem = SYMBOLIC, *, orders=None) -> Cost:
             gemm(Step("gemm", "forward", i, b, count=ly.count, what=f"Z^{i} = T W^{i}"), N / P, a, b),
             comm("allgather", fw, N * b / q, lg(P), f"H^{i} along the process row",
                  "CAGNET §IV-C-2: alpha lg P + beta nf/sqrt(P)"),
+        ] + _backward(ly, layers, [
             comm("summa", bw, E / q + 2 * N * b / q + N * a / q, 2 * q + lg(P),
                  "SUMMA SpMM + partial SUMMA + all-gather of sigma'(Z^{l-1})",
                  "CAGNET §IV-C-3: alpha (2 sqrt(P) + lg P) + beta (nnz/sqrt(P) + 3nf/sqrt(P))"),
             spmm(bw, E / q, N, b / q),
             gemm(Step("gemm", "backward", i, a, count=ly.count, what=f"G^{i-1} = (A G^{i}) W^T"), N / P, b, a),
+        ], [
             comm("summa", bw, N * a / q + N * b / q + ly.weight_words, q + lg(P), "2D dense SUMMA for Y + all-gather",
                  "CAGNET §IV-C-4: alpha (sqrt(P) + lg P) + beta (2nf/sqrt(P) + f^2)"),
             gemm(Step("gemm", "backward", i, b, count=ly.count, what=f"Y^{i} = H^T (A G^{i})"), N / P, a, b),
-        ]
+        ])
     ops = _no_gemm_without_params(ops, layers)
     mem = (graph_terms(E / P, N / q) + activation_terms(layers, N / P, layers[0].f_in) + param_terms(layers)
            + [("buffers", 2 * E / P + 2 * N * fmax(layers) / P)])  # one SUMMA stage of A and of H
@@ -185,15 +197,17 @@ def grid3d(problem: Problem = SYMBOLIC, *, orders=None) -> Cost:
             gemm(Step("gemm", "forward", i, b, count=ly.count, what=f"Z^{i} = T W^{i}"), N / P, a, b),
             comm("allgather", fw, N * b / q2, lg(P), f"H^{i} within a layer",
                  "CAGNET §IV-D-2: alpha lg P + beta nf/P^(2/3)"),
+        ] + _backward(ly, layers, [
             comm("split3d", bw, E / q2 + 3 * N * b / q2 + 2 * N * a / q2, 2 * q + 3 * lg(P),
                  "Split-3D SpMM + partial 3D GEMM + all-gather of sigma'(Z^{l-1})",
                  "CAGNET §IV-D-3: alpha (2P^(1/3) + 3 lg P) + beta (nnz/P^(2/3) + 5nf/P^(2/3))"),
             spmm(bw, E / q2, N / q, b / q),
             gemm(Step("gemm", "backward", i, a, count=ly.count, what=f"G^{i-1} = (A G^{i}) W^T"), N / P, b, a),
+        ], [
             comm("summa3d", bw, N * a / q2 + N * b / q2 + ly.weight_words, 2 * lg(P), "3D dense SUMMA for Y + all-gather",
                  "CAGNET §IV-D-4: alpha 2 lg P + beta (2nf/P^(2/3) + f^2)"),
             gemm(Step("gemm", "backward", i, b, count=ly.count, what=f"Y^{i} = H^T (A G^{i})"), N / P, a, b),
-        ]
+        ])
     ops = _no_gemm_without_params(ops, layers)
     mem = (graph_terms(E / P, N / q2) + activation_terms(layers, N / P, layers[0].f_in) + param_terms(layers)
            + [("3D replication", (q - 1) * N * fmax(layers) / P)])  # P^(1/3) n f^max / P in all

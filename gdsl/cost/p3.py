@@ -48,14 +48,19 @@ def features(problem: Problem = SYMBOLIC, halo: Expr | None = None, *, orders=No
                 spmm(fw, E, N, b, P3 + " step 2, dense first")]
     ops.append(comm("reduce_scatter", fw, (P - 1) / P * N * b, P - 1,
                     "owners pull and sum the partial activations of their vertices", P3 + " step 3"))
+    back = []   # layer 1's backward: only for its W^1_p gradient (nothing below it)
     bw = Step("spmm", "backward", 1, b, what="G^1 pushed to all ranks")
-    ops.append(comm("allgather", bw, (P - 1) / P * N * b, P - 1,
-                    "push the error gradient of layer 1_D to every rank", P3 + " step 7"))
+    back.append(comm("allgather", bw, (P - 1) / P * N * b, P - 1,
+                     "push the error gradient of layer 1_D to every rank", P3 + " step 7"))
     if first == SPARSE_FIRST:  # Y^1_p = (A^T H^0_p)^T G^1 from the kept aggregate
-        ops.append(gemm(Step("gemm", "backward", 1, b, what="Y^1_p = T_p^T G^1"), N, a, b))
+        back.append(gemm(Step("gemm", "backward", 1, b, what="Y^1_p = T_p^T G^1"), N, a, b))
     else:                      # Y^1_p = H^0_p^T (A G^1)
-        ops += [spmm(Step("spmm", "backward", 1, b, what="A G^1"), E, N, b, P3 + " step 8"),
-                gemm(Step("gemm", "backward", 1, b, what="Y^1_p = H^0_p^T (A G^1)"), N, a, b)]
+        back += [spmm(Step("spmm", "backward", 1, b, what="A G^1"), E, N, b, P3 + " step 8"),
+                 gemm(Step("gemm", "backward", 1, b, what="Y^1_p = H^0_p^T (A G^1)"), N, a, b)]
+    if not l1.has_params:   # SGC's first propagation: no W^1, so no GEMM and no backward (helper-32;
+        # was: a phantom F/P x F GEMM each way and the G^1 push, 251 ms of sgc.gd's 253 ms at P = 4)
+        ops, back = [o for o in ops if o.op != "gemm"], []
+    ops += back
     ops += halo_ops(layers, N, E, P, halo, skip=lambda ly: ly.first)
     rest = layers[1:]
     mem = graph_terms(E, N) + [
