@@ -758,11 +758,28 @@ def main(argv: list[str] | None = None) -> int:
     from gdsl.dist.launch import under_launcher
 
     stopping = stop_on_signals() if args.cmd == "run" and not under_launcher() else contextlib.nullcontext()
-    with stopping, warnings.catch_warnings():
+    with stopping, warnings.catch_warnings(), _guarded_stderr() as stderr:
         from gdsl.diagnostics import GdslWarning
         warnings.simplefilter("default", GdslWarning)   # printed, never raised (PYTHONWARNINGS=error)
         warnings.showwarning = _show_warning
-        return _dispatch(args, args.command_parser, debug)
+        rc = _dispatch(args, args.command_parser, debug)
+        if rc == 0 and stderr.failed is not None:   # the work is done, its files written; its messages were cut
+            return 141 if isinstance(stderr.failed, BrokenPipeError) else 1
+        return rc
+
+
+@contextlib.contextmanager
+def _guarded_stderr():
+    """sys.stderr as a GuardedStderr while the command runs (a reader that
+    leaves does not stop it), given back after."""
+    from gdsl.runtime.files import GuardedStderr
+    guard = GuardedStderr(sys.stderr)
+    sys.stderr = guard
+    try:
+        yield guard
+    finally:
+        if sys.stderr is guard:
+            sys.stderr = guard.stream
 
 
 def _show_warning(message, category, *rest, **kw) -> None:

@@ -3,6 +3,9 @@ moment, and while it exits), checkpoint files that are not files, a stopped
 `gdsl partition`, and odd arguments a new user tries."""
 from __future__ import annotations
 
+import errno
+import io
+import json
 import os
 import signal
 import subprocess
@@ -332,3 +335,35 @@ def test_a_broken_symlink_is_named_as_one(broken, args, said):
     r = gdsl_here(*[a.format(link=broken) for a in args])
     assert r.returncode == 1
     assert r.stderr == said.format(link=broken, to=to) + "\n", r.stderr
+
+
+class _ReaderLeaves(io.TextIOBase):
+    """stderr a pipe whose reader left after the first line (`gdsl run ... 2>&1 >log | head -1`)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        if "\n" in self.text:
+            raise BrokenPipeError(errno.EPIPE, "Broken pipe")
+        self.text += s
+        return len(s)
+
+
+def test_a_stderr_reader_that_leaves_does_not_stop_the_run_nor_lose_its_files(tmp_path, monkeypatch, capsys):
+    """Was: the BrokenPipeError of the next progress line ended the run (exit
+    141) in the middle of training, --json and --save not written."""
+    from gdsl.cli import main
+    js, pt = tmp_path / "r.json", tmp_path / "w.pt"
+    monkeypatch.setattr(sys, "stderr", _ReaderLeaves())
+    rc = main(["run", GCN, "--epochs", "2", "--log-every", "1", "--backend", "reference", "--json", str(js),
+               "--save", str(pt)])
+    text = sys.stderr.text
+    monkeypatch.undo()
+    assert rc == 141   # as for stdout: the output was cut
+    assert text.startswith("gdsl run ") and text.count("\n") == 1
+    assert "final (epoch 2)" in capsys.readouterr().out
+    assert len(json.loads(js.read_text())["epochs"]) == 2 and pt.stat().st_size > 0

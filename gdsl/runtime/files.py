@@ -232,3 +232,48 @@ def broken_link(path: str | Path) -> str | None:
             return f"is a broken symbolic link{to}" if q == path else f"is in {q}, a broken symbolic link{to}"
         q = q.parent
     return None
+
+
+class GuardedStderr:
+    """sys.stderr while a command runs (gdsl/cli.py `main`): once writing to it
+    fails (its reader left: `gdsl run ... 2>&1 >log | head -1`; a full disk),
+    the stream is pointed at /dev/null and what follows is dropped, as for
+    stdout (`discard_stdout`). Was: the BrokenPipeError of the next progress
+    line ended `gdsl run` (exit 141) in the middle of training, its --json and
+    --save not written. `failed` is that error (the status says it at the end)."""
+
+    def __init__(self, stream) -> None:
+        self.stream, self.failed = stream, None
+
+    def write(self, text: str) -> int:
+        if self.failed is None:
+            try:
+                return self.stream.write(text)
+            except OSError as e:
+                self._fail(e)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.failed is None:
+            try:
+                self.stream.flush()
+            except OSError as e:
+                self._fail(e)
+
+    def _fail(self, e: OSError) -> None:
+        self.failed = e
+        try:   # what the stream still holds, flushed at exit, goes nowhere (not "Exception ignored ...")
+            fd = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(fd, self.stream.fileno())
+            os.close(fd)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def isatty(self) -> bool:
+        try:
+            return self.failed is None and self.stream.isatty()
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    def __getattr__(self, name):   # fileno, encoding, errors, buffer, ...: the stream's own
+        return getattr(self.stream, name)
