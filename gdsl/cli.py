@@ -833,7 +833,8 @@ def _dispatch(args, parser, debug: bool) -> int:
         return 1
     except FileNotFoundError as e:   # (a symlink to nothing: was "no such file", naming the link)
         link = broken_link(e.filename) if isinstance(e.filename, str) else None
-        print(f"gdsl: error: {e.filename}: {link or 'no such file'}", file=sys.stderr)
+        hint = " (a program is not read from stdin as '-': give /dev/stdin)" if e.filename == "-" else ""
+        print(f"gdsl: error: {e.filename}: {link or 'no such file'}{hint}", file=sys.stderr)
         return 1
     except IsADirectoryError as e:
         print(f"gdsl: error: {e.filename}: is a directory", file=sys.stderr)

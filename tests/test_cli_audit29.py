@@ -367,3 +367,9 @@ def test_a_stderr_reader_that_leaves_does_not_stop_the_run_nor_lose_its_files(tm
     assert text.startswith("gdsl run ") and text.count("\n") == 1
     assert "final (epoch 2)" in capsys.readouterr().out
     assert len(json.loads(js.read_text())["epochs"]) == 2 and pt.stat().st_size > 0
+
+
+def test_a_dash_for_the_program_says_how_to_read_stdin():
+    r = gdsl_here("compile", "-")
+    assert r.returncode == 1
+    assert r.stderr == "gdsl: error: -: no such file (a program is not read from stdin as '-': give /dev/stdin)\n"
