@@ -373,3 +373,35 @@ def test_a_dash_for_the_program_says_how_to_read_stdin():
     r = gdsl_here("compile", "-")
     assert r.returncode == 1
     assert r.stderr == "gdsl: error: -: no such file (a program is not read from stdin as '-': give /dev/stdin)\n"
+
+
+def test_a_file_name_that_is_not_utf8_is_checked_and_written(tmp_path):
+    """Was: `gdsl run --json $'\\xff.json'` an internal error (the temporary
+    file's name was encoded as UTF-8)."""
+    from gdsl.runtime.files import check_json_path, write_atomic
+    name = os.fsdecode(bytes(tmp_path) + b"/\xff.json")
+    check_json_path(name, "--json")
+    write_atomic(Path(name), "{}\n")
+    assert os.listdir(bytes(tmp_path)) == [b"\xff.json"]
+
+
+def test_a_rank_line_that_is_not_utf8_does_not_stop_the_launchers_output(tmp_path, monkeypatch, capsys):
+    """Was: the thread that reads the ranks' output died with a
+    UnicodeDecodeError traceback (rank 0 printing `wrote $'\\xff.json'`), and
+    the ranks' later lines were lost."""
+    pytest.importorskip("mpi4py")
+    import gdsl.dist.launch as launch_mod
+    from gdsl.dist.worker import STDERR_MARK
+    script = tmp_path / "fake-mpiexec"
+    script.write_text(f"#!{sys.executable}\nimport sys\n"
+                      f"sys.stdout.buffer.write({STDERR_MARK.encode()!r} + b'wrote \\xffd.json\\n')\n"
+                      "sys.stdout.buffer.write(b'a line \\xfe\\n')\n"
+                      "sys.stdout.flush()\n"
+                      "print('final (epoch 1)')\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(launch_mod, "find_mpiexec", lambda: str(script))
+    rc = launch_mod.launch({}, 2)
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert out.splitlines() == ["a line \\udcfe", "final (epoch 1)"]
+    assert err.splitlines() == ["wrote \\udcffd.json"]

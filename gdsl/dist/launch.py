@@ -111,8 +111,10 @@ def launch(args: dict, P: int, extra_env: dict | None = None, temp_dirs: list[st
     threads: list[threading.Thread] = []
     try:
         # the process manager reports a dead rank on stdout: both streams are filtered
+        # (errors=: a line that is not UTF-8, a path named in bytes, killed the thread that reads it with a
+        # UnicodeDecodeError traceback, and the rest of the ranks' output was lost)
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True,
-                                start_new_session=True)
+                                errors="surrogateescape", start_new_session=True)
         killed: list[str] = []
         printed_error: list[bool] = []
         closed: list[bool] = []   # our stdout's reader left (`gdsl run --np 2 | head`)
@@ -132,7 +134,10 @@ def launch(args: dict, P: int, extra_env: dict | None = None, temp_dirs: list[st
                 if line.startswith("gdsl: error:"):
                     printed_error.append(True)   # a rank that could not write its report printed it
                 try:
-                    to.write(line)
+                    try:
+                        to.write(line)
+                    except UnicodeEncodeError:   # those bytes, on a stream that takes UTF-8 only: as \udcff
+                        to.write(line.encode("utf-8", "backslashreplace").decode("utf-8"))
                     to.flush()
                 except BrokenPipeError:
                     # (was: this thread died with a traceback, the run exited 0, and rank 0's stderr

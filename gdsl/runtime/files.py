@@ -168,8 +168,9 @@ def _temp_prefix(name: str) -> str:
     """The start of a temporary file's name beside `name`: cut, so that a
     legal name of up to 255 bytes still leaves room for mkstemp's random part
     and suffix (was: a 240-255-character --json refused as "File name too
-    long" in its directory; helper-76)."""
-    return f".{name.encode()[:200].decode(errors='ignore')}."
+    long" in its directory; helper-76). In the file system's bytes: a name
+    that is not UTF-8 (`--json $'\\xff.json'`) was an internal error."""
+    return f".{os.fsdecode(os.fsencode(name)[:200])}."
 
 
 def _umask() -> int:
