@@ -19,6 +19,8 @@ def entry() -> None:
         startup.hold()   # while it imports torch, sympy, numba (gdsl/runtime/startup.py)
         startup.ignore_sigint_at_teardown()
         signals.interrupt_after_imports()   # (raised inside numpy's or torch's import: exit 3, or -6)
+        from gdsl.runtime.files import tolerant_stdout
+        tolerant_stdout()   # a file name that is not UTF-8 on a UTF-8-only stdout (was: exit 3)
         from gdsl import cli
         cli._PROCESS["cap_memory"] = True   # the process is gdsl's own (not a caller's: tests, notebooks)
         code, said = cli.main(), None   # its own boundary says what happened (errors, `gdsl: interrupted`)

@@ -405,3 +405,16 @@ def test_a_rank_line_that_is_not_utf8_does_not_stop_the_launchers_output(tmp_pat
     assert rc == 0, err
     assert out.splitlines() == ["a line \\udcfe", "final (epoch 1)"]
     assert err.splitlines() == ["wrote \\udcffd.json"]
+
+
+def test_a_program_name_that_is_not_utf8_prints_on_a_utf8_only_stdout(tmp_path):
+    """Was (a UTF-8 locale, or PYTHONIOENCODING=utf-8): `gdsl compile
+    $'\\xff.gd' --print-loc` an internal compiler error, "surrogates not
+    allowed"; now the name's own bytes."""
+    prog = bytes(tmp_path) + b"/\xff.gd"
+    with open(prog, "wb") as f:
+        f.write(Path(GCN).read_bytes())
+    r = subprocess.run([sys.executable, "-m", "gdsl", "compile", prog, "--print-loc"], cwd=ROOT, capture_output=True,
+                       env={**os.environ, "PYTHONIOENCODING": "utf-8:strict"}, timeout=120)
+    assert r.returncode == 0, r.stderr.decode(errors="replace")
+    assert b"# " + prog + b":3:1" in r.stdout

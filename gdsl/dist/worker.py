@@ -286,6 +286,8 @@ def watch_launcher(info: dict, every: float = 1.0, rank: int | None = None, run_
 def main() -> None:
     from gdsl.runtime import startup
     startup.hold()   # while it imports torch, mpi4py, numba (gdsl/runtime/startup.py)
+    from gdsl.runtime.files import tolerant_stdout
+    tolerant_stdout()   # rank 0's lines naming a file that is not UTF-8 (its stderr goes there too, marked)
     args = json.loads(sys.argv[1])
     code = run(args)
     startup.before_exit()

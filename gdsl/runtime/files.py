@@ -278,3 +278,20 @@ class GuardedStderr:
 
     def __getattr__(self, name):   # fileno, encoding, errors, buffer, ...: the stream's own
         return getattr(self.stream, name)
+
+
+def tolerant_stdout() -> None:
+    """In a gdsl process (the command, an MPI rank): stdout writes a file name
+    that is not UTF-8 (`gdsl compile $'\\xff.gd' --print-loc`, rank 0's
+    `wrote ...` lines) as the bytes it is, where Python's stdout takes UTF-8
+    only (a UTF-8 locale, PYTHONIOENCODING=utf-8): was an internal compiler
+    error, "surrogates not allowed". Where stdout is not UTF-8, what it cannot
+    encode is escaped (as stderr does)."""
+    stream = sys.stdout
+    if stream is None or getattr(stream, "errors", None) != "strict" or not hasattr(stream, "reconfigure"):
+        return
+    utf8 = (getattr(stream, "encoding", "") or "").lower().replace("-", "").replace("_", "") == "utf8"
+    try:
+        stream.reconfigure(errors="surrogateescape" if utf8 else "backslashreplace")
+    except (ValueError, OSError, AttributeError):
+        pass
