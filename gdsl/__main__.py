@@ -26,7 +26,11 @@ def entry() -> None:
         code, said = cli.main(), None   # its own boundary says what happened (errors, `gdsl: interrupted`)
     except KeyboardInterrupt:   # before that boundary: gdsl.cli's imports, the parser, or just after it
         pass
-    except BaseException as e:   # SIGTERM / SIGHUP to `gdsl run` just after its boundary; --help's SystemExit
+    except SystemExit as e:   # argparse's: --help, --version, a usage error
+        if e.code is not None and not isinstance(e.code, int):
+            raise
+        code, said = e.code or 0, None
+    except BaseException as e:   # SIGTERM / SIGHUP to `gdsl run` just after its boundary
         if type(e).__name__ != "Terminated":
             raise
         code, said = 128 + e.signum, f"gdsl: terminated ({e.name})"
