@@ -310,6 +310,8 @@ def cmd_plan(args, parser) -> int:
                               train=args.train, stop_after="lower")
     print_compile_warnings(compiled)
     lowered = compiled.module
+    from gdsl.compiler import check_plannable
+    check_plannable(compiled.checked, lowered)   # (was: "nothing to plan" for a train block's model; helper-33)
     if lowered.attrs.get("schedule", {}).get("partition") not in (None, "auto"):
         # the whole pipeline: a partition hint the ranks would refuse is its error
         # (`compiler._partition_hint_errors`; was: "`gdsl run --np P` executes ...")

@@ -48,6 +48,49 @@ def unused_params(module: Module) -> list[Diagnostic]:
     return sorted(out.values(), key=Diagnostic.sort_key)
 
 
+def untrainable_error(prog: CheckedProgram) -> CompileError:
+    """A train block's model with no params: nothing for the optimizer to step (torch.optim refuses
+    an empty parameter list too); at the block's `model =` line (helper-31)."""
+    cfg = prog.train
+    return CompileError([Diagnostic(
+        cfg.model_span, f"model '{cfg.model}' has no params to train: none of the layers it calls declares a "
+                        "param that its output uses, and an optimizer needs at least one (as torch.optim "
+                        "does); declare a param in a layer, or use the model without training it "
+                        "(gdsl.compile(...).module(graph))")], prog.source)
+
+
+def trains_a_param(lowered) -> bool:
+    """Whether the model as lowered (its `repeat`s unrolled with the static args it is given:
+    `--set layers=1` makes a `repeat layers - 1` run 0 times) calls a layer whose output depends on
+    one of its params (unused_params' liveness): what the built module trains (helper-33)."""
+    def has(name: str, seen: tuple = ()) -> bool:
+        fn = lowered.funcs.get(name)
+        if fn is None or name in seen:
+            return False
+        live = fn.live_values()
+        return any(op.result in live and (op.name == "param" or op.name == "call"
+                                          and has(op.attrs.get("callee"), seen + (name,)))
+                   for op in fn.ops if op.name in ("param", "call"))
+    return any(op.name == "call" and has(op.attrs.get("callee")) for op in lowered.main.ops)
+
+
+def check_built_trainable(prog: CheckedProgram, lowered) -> None:
+    """A train block's model that has no params once built (its only param layer in a `repeat` that
+    runs 0 times): the located error single-process `gdsl run` gives when it builds the module, made
+    before `gdsl run --np` plans, partitions or starts a rank (was: "the model calls no layer: nothing
+    to plan", or the ranks' "the model has no params to train"; helper-33)."""
+    if prog.train is not None and not trains_a_param(lowered):
+        raise untrainable_error(prog)
+
+
+def check_plannable(prog: CheckedProgram, lowered) -> None:
+    """`gdsl plan`, `gdsl compile --np`: a train block's model that calls no layer once built is
+    untrainable as well; said at its `model =` line (was: "the model calls no layer: nothing to
+    plan", planning.layer_widths, which a model without a train block still gets; helper-33)."""
+    if prog.train is not None and not any(op.name == "call" for op in lowered.main.ops):
+        raise untrainable_error(prog)
+
+
 def nll_of_raw_values(module: Module) -> list[Diagnostic]:
     """A warning when `loss = nll(...)` reads a model output that is not a
     `log_softmax` (through the layers that return it): nll expects
@@ -264,6 +307,7 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
     ctx = PassContext(dims=dict(dims or {}), options={"delay": delay, "hoist": hoist and ranks is None})
     if ranks is not None and stop_after != "lower":
         from gdsl.planning import plan
+        check_plannable(checked, module)   # a train block's model with no layer once built: its located error
         sched = checked.schedule
         hint = sched.get("partition") if sched.get("partition") not in (None, "auto") else None
         hint_delay = sched.get("delay", 0) if hint else 0

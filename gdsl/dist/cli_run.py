@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from gdsl.backends import require_backend
-from gdsl.diagnostics import GdslError
+from gdsl.diagnostics import CompileError, GdslError, render_all
 from gdsl.dist.part import Spec, parse_spec, part_path, read_header
 from gdsl.graph.io import resolve_data
 
@@ -78,6 +78,7 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
                 mem_per_rank: str | None = None, quiet: bool = False) -> Spec:
     """--partition, else the schedule's `partition` hint, else the cost model's
     fastest executable plan (`auto`)."""
+    check_trainable(prog, graph)   # before the plan is chosen (was: "nothing to plan", or the ranks' error)
     sched = prog.checked.schedule
     if not quiet:
         note_recorded_only(prog)
@@ -141,6 +142,21 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
         _refuse_unrunnable(spec, f"--partition {partition}" if partition else f"partition = {text} (the schedule's "
                            "hint)", _ranks_ir(prog, graph)[2], prog.file, P)
     return spec
+
+
+def check_trainable(prog, graph) -> None:
+    """What single-process `gdsl run` checks before training (binding.check_masks: the program as
+    written; the built module: a param layer called only in a `repeat` that runs 0 times), made
+    before a plan is chosen, the graph partitioned or a rank started, with the same located error
+    at the train block's `model =` line (helper-33)."""
+    from gdsl.compiler import check_built_trainable, compile_source
+    from gdsl.runtime.binding import bind_dims, check_masks
+    check_masks(prog.checked, graph)
+    if prog.checked.train is None:
+        return
+    lowered = compile_source(prog.source, prog.file, dims=bind_dims(prog.checked, graph), overrides=prog.overrides,
+                             train=prog.train_name, stop_after="lower").module
+    check_built_trainable(prog.checked, lowered)
 
 
 def _ranks_ir(prog, graph):
@@ -320,6 +336,7 @@ def run_distributed(args, prog, graph, data) -> int:
     with stop_on_signals():
         try:
             if args.parts and part_path(args.parts, 0).exists():
+                check_trainable(prog, graph)
                 h = _check_existing(Path(args.parts), P, prog, graph, args.partition, args.delay, args.halo)
                 check_delay((h.get("spec") or {}).get("delay"), _epochs(args, prog))
                 _check_resume(args, P, prog, h.get("graph"), h.get("strategy"))
@@ -429,6 +446,7 @@ def _run_as_rank(args, prog, graph) -> int:
             require_backend(getattr(args, "backend", None))
             check_outputs(args)
             if args.parts and part_path(parts, 0).exists():
+                check_trainable(prog, graph)
                 started = f"--np is {size}" if args.np_ is not None else f"the launcher started {size}"
                 _check_existing(Path(parts), size, prog, graph, args.partition, args.delay, args.halo, started)
                 if args.mem_per_rank is not None:   # as `gdsl run --np P` says it (was: not a word under mpiexec)
@@ -447,6 +465,8 @@ def _run_as_rank(args, prog, graph) -> int:
             check_delay((h.get("spec") or {}).get("delay"), _epochs(args, prog))
             if args.resume:
                 _check_resume(args, size, prog, h.get("graph"), h.get("strategy"))
+        except CompileError as e:   # the located no-params error (check_trainable): as `gdsl run` prints it
+            err = ("located", render_all(e))   # (was: "internal error: CompileError ..."; helper-33)
         except GdslError as e:
             err = str(e)
         except OSError as e:   # e.g. a --parts or working directory that cannot be written
@@ -456,7 +476,7 @@ def _run_as_rank(args, prog, graph) -> int:
     err = comm.bcast(err, root=0)
     if err:
         if comm.Get_rank() == 0:
-            print(f"gdsl: error: {err}", file=sys.stderr)
+            print(err[1] if isinstance(err, tuple) else f"gdsl: error: {err}", file=sys.stderr)
         return 1
     return worker.run(worker_args(args, prog, parts))
 

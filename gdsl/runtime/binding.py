@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from gdsl.diagnostics import CompileError, Diagnostic, GdslError
 from gdsl.frontend import ast
+from gdsl.compiler import untrainable_error   # (in compiler since helper-33: gdsl plan imports no torch)
 from gdsl.frontend.checker import CheckedProgram
 from gdsl.graph.graph import Graph
 
@@ -144,17 +145,6 @@ def _bind(dims: dict[str, int], dexpr: ast.Expr, size: int, name: str, graph: Gr
     if dexpr.id in dims and dims[dexpr.id] != size:
         raise GdslError(f"{graph.source or graph.name}: dimension {dexpr.id} is {dims[dexpr.id]} from one input and {size} from '{name}'")
     dims[dexpr.id] = size
-
-
-def untrainable_error(prog: CheckedProgram) -> CompileError:
-    """A train block's model with no params: nothing for the optimizer to step (torch.optim refuses
-    an empty parameter list too); at the block's `model =` line (helper-31)."""
-    cfg = prog.train
-    return CompileError([Diagnostic(
-        cfg.model_span, f"model '{cfg.model}' has no params to train: none of the layers it calls declares a "
-                        "param that its output uses, and an optimizer needs at least one (as torch.optim "
-                        "does); declare a param in a layer, or use the model without training it "
-                        "(gdsl.compile(...).module(graph))")], prog.source)
 
 
 def _calls_a_param(prog: CheckedProgram) -> bool:

@@ -1,0 +1,119 @@
+"""helper-33: a train block's model whose only param layer is called in a `repeat` that runs 0 times
+(`--set layers=1`): `gdsl run --np`, `gdsl plan` and `gdsl compile --np` give single-process
+`gdsl run`'s located error; P3's all-reduce words count layer 1's bias; `gdsl plan --json` says
+whether each plan is runnable."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from filecheck_runner import run_gdsl
+
+HEAD = """\
+graph G (self_loops, symmetric)
+input X : vertex f32[F]
+input Y : vertex label[C]
+mask train, val, test
+
+layer Lin[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    transform t = h @ W
+    return t
+}
+
+layer Prop(h: [d]) -> [d] {
+    scatter m = src.h * rsqrt(src.degree * dst.degree)
+    gather  a = sum(m)
+    return a
+}
+
+"""
+TRAIN = """
+train t {
+    model     = M
+    loss      = mse(X, mask = train)
+    optimizer = adam(lr = 0.01)
+    epochs    = 2
+}
+"""
+# (a) the repeat is the model's only call; (b) a param-free layer is called after it
+ONLY_REPEAT = HEAD + """model M[layers = 2] {
+    h = X
+    repeat layers - 1 {
+        h = Lin[F](h)
+    }
+    return h
+}
+""" + TRAIN
+THEN_PROP = HEAD + """model M[layers = 2] {
+    h = X
+    repeat layers - 1 {
+        h = Lin[F](h)
+    }
+    return Prop(h)
+}
+""" + TRAIN
+
+
+def _model_line(text: str) -> int:
+    return text.splitlines().index("    model     = M") + 1
+
+
+@pytest.mark.parametrize("text", [ONLY_REPEAT, THEN_PROP], ids=["only-repeat", "then-prop"])
+def test_np_refuses_a_model_with_no_params_once_built_at_its_model_line(tmp_path, text):
+    """Was: (a) `gdsl: error: the model calls no layer: nothing to plan`, (b) the graph partitioned,
+    the ranks started, then `the model has no params to train`, no line."""
+    f = tmp_path / "m.gd"
+    f.write_text(text)
+    line = _model_line(text)
+    want = f"{f}:{line}:5: error: model 'M' has no params to train"
+    for how in (["--np", "2"], ["--np", "2", "--partition", "rows(hash)"]):
+        code, _, err = run_gdsl(["run", str(f), "--set", "layers=1", "--backend", "reference", *how])
+        assert code == 1 and want in err, err
+        assert "nothing to plan" not in err and "partitioned" not in err and "cost model chose" not in err
+    code, _, err = run_gdsl(["partition", str(f), "--set", "layers=1", "--np", "2", "--out", str(tmp_path / "p")])
+    assert code == 1 and want in err, err
+    assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.mpi
+def test_under_mpiexec_rank_0_prints_the_located_error(tmp_path):
+    """`mpiexec -n 2 gdsl run ...`: rank 0's check (was: "internal error: CompileError ...")."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+    pytest.importorskip("mpi4py")
+    here = Path(sys.executable).parent / "mpiexec"
+    mpiexec = str(here) if here.exists() else shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("no mpiexec")
+    f = tmp_path / "m.gd"
+    f.write_text(THEN_PROP)
+    root = Path(__file__).resolve().parent.parent
+    r = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "gdsl", "run", str(f), "--set", "layers=1",
+                        "--backend", "reference"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+    assert r.returncode != 0
+    assert f"{f}:{_model_line(THEN_PROP)}:5: error: model 'M' has no params to train" in r.stderr, r.stderr
+    assert "internal error" not in r.stderr and r.stderr.count("has no params") == 1
+
+
+def test_plan_and_compile_np_say_the_located_error_not_nothing_to_plan(tmp_path):
+    f = tmp_path / "m.gd"
+    f.write_text(ONLY_REPEAT)
+    want = f"{f}:{_model_line(ONLY_REPEAT)}:5: error: model 'M' has no params to train"
+    code, _, err = run_gdsl(["plan", str(f), "--set", "layers=1", "--np", "2", "--dims", "N=100,E=300,F=8,C=3"])
+    assert code == 1 and want in err and "nothing to plan" not in err, err
+    code, _, err = run_gdsl(["compile", str(f), "--set", "layers=1", "--np", "2", "--data", "cora"])
+    assert code == 1 and want in err and "nothing to plan" not in err, err
+    # with the repeat run once the model trains and plans as before
+    code, out, err = run_gdsl(["plan", str(f), "--np", "2", "--dims", "N=100,E=300,F=8,C=3"])
+    assert code == 0, err
+    # a model with no train block that calls no layer: still nothing to plan
+    g = tmp_path / "n.gd"
+    g.write_text(ONLY_REPEAT.split("\ntrain t")[0])
+    code, _, err = run_gdsl(["plan", str(g), "--set", "layers=1", "--np", "2", "--dims", "N=100,E=300,F=8,C=3"])
+    assert code == 1 and "nothing to plan" in err, err
