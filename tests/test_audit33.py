@@ -117,3 +117,62 @@ def test_plan_and_compile_np_say_the_located_error_not_nothing_to_plan(tmp_path)
     g.write_text(ONLY_REPEAT.split("\ntrain t")[0])
     code, _, err = run_gdsl(["plan", str(g), "--set", "layers=1", "--np", "2", "--dims", "N=100,E=300,F=8,C=3"])
     assert code == 1 and "nothing to plan" in err, err
+
+
+def _features_words_vs_ranks(program: str):
+    """(the features plan's predicted all-reduce words, the words of the params the ranks all-reduce:
+    every param but the model-parallel weights of P3's layer 1, dist/support.feature_region)."""
+    import sympy
+
+    import gdsl
+    from gdsl.compiler import compile_source
+    from gdsl.cost.p3 import features
+    from gdsl.cost.problem import Problem
+    from gdsl.dist.support import feature_region
+    from gdsl.planning import layer_params, layer_widths
+    from gdsl.runtime.binding import bind_dims
+    prog = gdsl.compile(program)
+    graph = gdsl.load_graph("cora")
+    dims = bind_dims(prog.compiled.checked, graph)
+    lowered = compile_source(prog.source, prog.file, dims=dims, stop_after="lower").module
+    optimised = compile_source(prog.source, prog.file, dims=dims).module
+    _, local = feature_region(optimised)
+    pb = Problem(N=graph.num_nodes, E=graph.num_edges, P=2, widths=tuple(int(w) for w in layer_widths(lowered)),
+                 params=tuple(layer_params(lowered)))
+    predicted = sum(int(op.words) * int(op.count) for op in features(pb).ops if op.op == "allreduce")
+    ranks = sum(int(sympy.Mul(*op.result.type.shape)) for op in optimised.main.ops
+                if op.name == "param" and op.attrs["name"] not in local)
+    return predicted, ranks, local
+
+
+def test_p3_all_reduce_words_are_every_gradient_but_layer_1s_weight():
+    """Was: layer 1's bias left out (16 words fewer than the ranks' all-reduce for gcn.gd)."""
+    from pathlib import Path
+    predicted, ranks, local = _features_words_vs_ranks(str(Path(__file__).resolve().parent.parent / "programs"
+                                                           / "gcn.gd"))
+    assert local and predicted == ranks
+
+
+def test_p3_all_reduce_words_for_a_layer_1_without_a_bias(tmp_path):
+    """A first layer of W only: nothing of layer 1 is all-reduced, and no 0-word op is listed."""
+    from pathlib import Path
+    text = (Path(__file__).resolve().parent.parent / "programs" / "gcn.gd").read_text()
+    nobias = """layer NoBias[dout](h: [din]) -> [dout] {
+    param W : f32[din, dout] = glorot
+    scatter   m = src.h * rsqrt(src.degree * dst.degree)
+    gather    a = sum(m)
+    transform t = a @ W
+    sync      s = sum(t)
+    return s
+}
+
+"""
+    text = text.replace("model GCN", nobias + "model GCN").replace("relu(GCNConv[hidden](h))", "relu(NoBias[hidden](h))")
+    f = tmp_path / "nobias.gd"
+    f.write_text(text)
+    predicted, ranks, local = _features_words_vs_ranks(str(f))
+    assert local and predicted == ranks
+    from gdsl.cost.p3 import features
+    from gdsl.cost.problem import Problem
+    ops = features(Problem(N=100, E=400, P=2, widths=(8, 4, 3), params=(32, 15))).ops
+    assert [op.layer for op in ops if op.op == "allreduce"] == [2]

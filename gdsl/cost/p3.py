@@ -12,6 +12,9 @@ backward down to layer 1_D run data-parallel on the hash partition (a halo
 exchange per SpMM, see ``halo``); at layer 1_D the error gradient is pushed
 to all ranks (step 7: an all-gather, (P-1)/P N H words) and each rank
 finishes the backward of its W^1 rows locally, with no all-reduce for W^1.
+Layer 1's other params (its bias, applied after the sync to the owner's rows)
+are data-parallel: the ranks all-reduce their gradient with the others'
+(dist/module.py sync_grads leaves out only the weight of layer 1's product).
 """
 from __future__ import annotations
 
@@ -20,7 +23,7 @@ from gdsl.cost.halo import halo_ops, hash_halo
 from gdsl.cost.problem import SPARSE_FIRST, Problem
 from gdsl.cost.rdm import Step
 from gdsl.cost.record import Cost, OpCost
-from gdsl.cost.symbols import Expr
+from gdsl.cost.symbols import Expr, is_num, lg
 
 SYMBOLIC = Problem()
 P3 = "P3 §3.2.2"
@@ -61,6 +64,12 @@ def features(problem: Problem = SYMBOLIC, halo: Expr | None = None, *, orders=No
         # was: a phantom F/P x F GEMM each way and the G^1 push, 251 ms of sgc.gd's 253 ms at P = 4)
         ops, back = [o for o in ops if o.op != "gemm"], []
     ops += back
+    if l1.weights is not None and l1.has_params:   # `Problem(params=...)`: layer 1's words beyond the F x H weight W^1
+        rest_words = l1.weights - l1.f_in * l1.f_out
+        if not (is_num(rest_words) and float(rest_words) <= 0):   # (was: left out; 16 words for gcn.gd's b^1)
+            ops.append(comm("allreduce", l1, rest_words, lg(P), "the gradient of layer 1's data-parallel params "
+                            "(those after the sync: the bias)", "CAGNET §IV-A-4 (P3's layers 1_D and up)",
+                            phase="backward"))
     ops += halo_ops(layers, N, E, P, halo, skip=lambda ly: ly.first)
     rest = layers[1:]
     mem = graph_terms(E, N) + [
