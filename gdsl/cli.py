@@ -384,6 +384,8 @@ def cmd_plan(args, parser) -> int:
     def json_file():
         from gdsl.runtime.files import write_json
         r = ran()
+        # (as dist.cli_run.MODELLED_ONLY, which imports torch: gdsl plan without --data does not)
+        MODELLED, MODELLED_WHY = ("grid2d", "grid3d"), "modelled by the cost model, not executed (grid2d, grid3d)"
         write_json(args.json, {
             "P": args.np_, "widths": [int(w) for w in result.widths], **row,
             "choice": result.choice.best.name, "reason": result.choice.reason,
@@ -392,7 +394,11 @@ def cmd_plan(args, parser) -> int:
             "candidates": [{"plan": c.name, "time": c.time, "compute": c.compute, "comm": c.comm,
                             "words_per_rank": float(c.cost.words), "messages_per_rank": float(c.cost.messages),
                             "memory_per_rank": c.memory_bytes, "fits": c.fits, "exact": c.cost.exact,
-                            "pareto": any(c is p for p in result.choice.pareto)} for c in result.choice.candidates],
+                            "pareto": any(c is p for p in result.choice.pareto),
+                            # the table's x mark and the reason under it (was: not in the file; helper-33)
+                            "runnable": c.runnable and c.cost.strategy not in MODELLED,
+                            "why_not": c.not_runnable or (MODELLED_WHY if c.cost.strategy in MODELLED else None)}
+                           for c in result.choice.candidates],
             **({"schedule_hint": {k: v for k, v in hinted.items() if k != "line"}} if hinted else {}),
             **({"executes": r.choice.best.name, "fastest_not_runnable": r.skipped} if r and r.skipped else {}),
         })

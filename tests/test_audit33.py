@@ -176,3 +176,36 @@ def test_p3_all_reduce_words_for_a_layer_1_without_a_bias(tmp_path):
     from gdsl.cost.problem import Problem
     ops = features(Problem(N=100, E=400, P=2, widths=(8, 4, 3), params=(32, 15))).ops
     assert [op.layer for op in ops if op.op == "allreduce"] == [2]
+
+
+@pytest.mark.parametrize("P", [24, 4])
+def test_plan_json_says_whether_each_plan_is_runnable_as_the_table_does(tmp_path, P):
+    """Was: no field for it; the table's `x` marks (and their reasons) are now `runnable` and
+    `why_not` per candidate; grid2d/grid3d, priced but never executed, are not runnable either."""
+    from pathlib import Path
+    gcn = str(Path(__file__).resolve().parent.parent / "programs" / "gcn.gd")
+    out = tmp_path / "p.json"
+    code, text, err = run_gdsl(["plan", gcn, "--np", str(P), "--dims", "N=100000,E=1000000,F=128,C=10",
+                                "--json", str(out)])
+    assert code == 0, err
+    marked = {}
+    for line in text.splitlines():
+        if line.startswith("x  ") and ": not runnable: " in line:
+            name, why = line[3:].split(": not runnable: ", 1)
+            marked[name] = why
+    cands = json.loads(out.read_text())["candidates"]
+    assert cands and all(isinstance(c["runnable"], bool) for c in cands)
+    for c in cands:
+        if c["plan"] in marked:
+            assert c["runnable"] is False and c["why_not"] == marked[c["plan"]]
+        elif c["plan"].startswith(("grid2d", "grid3d")):
+            assert c["runnable"] is False and "not executed" in c["why_not"]
+        else:
+            assert c["runnable"] is True and c["why_not"] is None
+    if P == 24:
+        assert marked   # rows_replicated(c=3), (c=4): c*c does not divide 24
+    else:
+        assert any(c["plan"].startswith("grid2d") for c in cands)
+    # the choice is runnable
+    choice = json.loads(out.read_text())["choice"]
+    assert next(c for c in cands if c["plan"] == choice)["runnable"] is True
