@@ -90,7 +90,10 @@ def test_features_first_layer_without_params():
     assert {o.op for o in first} == {"spmm", "reduce_scatter"}, first
     assert all(o.phase == "forward" for o in first)
     with_w = p3.features(_appnp(4))
-    assert {o.op for o in with_w.ops if o.layer == 1} == {"spmm", "gemm", "reduce_scatter", "allgather"}
+    # (helper-33: and the all-reduce of its bias, H words, which the ranks all-reduce with the other gradients)
+    assert {o.op for o in with_w.ops if o.layer == 1} == {"spmm", "gemm", "reduce_scatter", "allgather", "allreduce"}
+    [ar] = [o for o in with_w.ops if o.layer == 1 and o.op == "allreduce"]
+    assert int(ar.words) == _appnp(4).params[0] - 1433 * 64
 
 
 def test_sgc_plan_table_features_not_a_phantom(capsys):
