@@ -33,9 +33,17 @@ _STARTED = ("import sys; sys.argv[0] = 'gdsl'\n"
             "entry()\n")
 
 
+def _sigint_as_a_terminal_gives_it() -> None:
+    """The child's SIGINT at its default action, as a shell's foreground job
+    has it: a test run started in the background by a non-interactive shell
+    (`.ci/run &`) ignores SIGINT, its children inherit that, and Python then
+    installs no KeyboardInterrupt handler (the command runs to its end)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _interrupt_after(delay: float, *args: str) -> subprocess.CompletedProcess:
     p = subprocess.Popen([sys.executable, "-c", _STARTED, *args], cwd=ROOT, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+                         stderr=subprocess.PIPE, preexec_fn=_sigint_as_a_terminal_gives_it)
     assert p.stderr.read(1) == b"@"
     time.sleep(delay)
     p.send_signal(signal.SIGINT)
@@ -63,7 +71,8 @@ def test_the_console_script_and_python_m_gdsl_start_at_the_small_entry():
         assert "from gdsl.__main__ import entry" in script.read_text()
     for argv in ([sys.executable, "-m", "gdsl"],) + (([str(script)],) if script.exists() else ()):
         p = subprocess.Popen([*argv, "run", GCN, "--epochs", "1", "--backend", "reference"], cwd=ROOT,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             preexec_fn=_sigint_as_a_terminal_gives_it)
         time.sleep(0.15)
         p.send_signal(signal.SIGINT)
         _, err = p.communicate(timeout=120)
@@ -71,7 +80,8 @@ def test_the_console_script_and_python_m_gdsl_start_at_the_small_entry():
 
 
 def _child(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          preexec_fn=_sigint_as_a_terminal_gives_it)
 
 
 def test_a_ctrl_c_in_the_interpreters_teardown_does_not_kill_the_process_by_sigint():
