@@ -2,14 +2,18 @@
 the walk over a layer stack's SpMMs and GEMMs, and the memory terms."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable, Sequence
 
 from gdsl.cost.problem import DENSE_FIRST, SPARSE_FIRST, Layer
 from gdsl.cost.rdm import Step, schedule
 from gdsl.cost.record import OpCost
-from gdsl.cost.symbols import WORD_BYTES, Expr, smax
+from gdsl.cost.symbols import WORD_BYTES, Expr, is_num, smax
 
 CAGNET_Y = "CAGNET §IV-A-4 (Y = H^T (A G): all-reduce of f_{l-1} x f_l)"
+# What the ranks run instead of the paper's one all-reduce per layer (helper-34):
+SYNC_GRADS = ("gdsl/dist/module.py sync_grads: ONE all-reduce of every parameter gradient per epoch, "
+              "over all P ranks (CAGNET §IV-A-4 prices one per layer)")
 RDM_FLOPS = "RDM §III-D, Tables II-III (nnz*f FMAs per SpMM, N*f_{l-1}*f_l per GEMM)"
 
 
@@ -45,11 +49,38 @@ def y_allreduce(ly: Layer, messages: Expr, source: str = CAGNET_Y) -> list[OpCos
     """The weight gradient's all-reduce: CAGNET §IV-A-4, alpha lg P + beta f^2,
     of the layer's parameter words (f_{l-1} f_l for a GCN layer); none for a
     layer with no parameter (was: a phantom f x f all-reduce for SGC's and
-    APPNP's propagation layers)."""
+    APPNP's propagation layers). The words are this layer's share of the
+    epoch's one all-reduce: ``one_allreduce`` then charges its messages once."""
     if not ly.has_params:
         return []
     return [comm("allreduce", ly, ly.weight_words, messages,
                  f"the weight gradient Y^{ly.index}", source, phase="backward")]
+
+
+def one_allreduce(ops: list[OpCost], messages: Expr) -> list[OpCost]:
+    """The ranks' gradient all-reduce, priced as they run it.
+
+    CAGNET §IV-A-4 (and §IV-B-4 for 1.5D, over the P/c ranks of a process
+    column) prices one all-reduce per layer, alpha lg P + beta f^2 each. The
+    ranks instead concatenate every parameter gradient into one buffer and
+    all-reduce it once per epoch over all P ranks (gdsl/dist/module.py
+    ``sync_grads``; P3's model-parallel W^1 stays out of the buffer). The
+    words are the same (the sum of the layers' f^2, kept per layer in the
+    ops so each layer's share stays listed); the messages are ``messages``
+    (lg P) once per epoch instead of once per layer (was: L lg P, and
+    lg(P/c) per layer for 1.5D; helper-34). The messages ride on the op of
+    the lowest layer that is counted once (the all-reduce starts after
+    layer 1's backward); the others carry 0."""
+    ars = [o for o in ops if o.op == "allreduce"]
+    if not ars:
+        return list(ops)
+    once = [o for o in ars if is_num(o.count) and float(o.count) == 1]
+    lead = min(once or ars, key=lambda o: o.layer)
+    lead_msgs = messages if any(o is lead for o in once) else messages / lead.count
+    return [replace(o, messages=lead_msgs if o is lead else 0,
+                    what=o.what + " (its share of the epoch's one all-reduce)",
+                    source=o.source + "; runtime: " + SYNC_GRADS) if o.op == "allreduce" else o
+            for o in ops]
 
 
 def walk(layers: Sequence[Layer], *,
@@ -87,6 +118,8 @@ def spmm_width(layers: Sequence[Layer], input_grad: bool = False) -> Expr:
     """The widest SpMM operand under the layers' orders (what a per-SpMM
     communication buffer must hold)."""
     widths = [st.width for st in schedule(layers, input_grad=input_grad) if st.kind == "spmm"]
+    if not widths:   # no SpMM in an epoch (every aggregation invariant, or none): no buffer
+        return 0
     m = widths[0]
     for w in widths[1:]:
         m = smax(m, w)

@@ -12,7 +12,7 @@ grid3d are CAGNET's algorithms only.
 from __future__ import annotations
 
 from gdsl.cost import symbols as sy
-from gdsl.cost.build import (activation_terms, comm, fmax, gemm, graph_terms, param_terms,
+from gdsl.cost.build import (activation_terms, comm, fmax, gemm, graph_terms, one_allreduce, param_terms,
                              spmm, spmm_width, walk, y_allreduce)
 from gdsl.cost.problem import Problem
 from gdsl.cost.rdm import Step
@@ -32,33 +32,65 @@ def replicate(problem: Problem = SYMBOLIC, *, orders=None) -> Cost:
     return Cost("replicate", (), tuple(ops), tuple(mem), ranks=1)
 
 
-def rows(problem: Problem = SYMBOLIC, *, partition: str = "hash", orders=None) -> Cost:
+def rows(problem: Problem = SYMBOLIC, *, partition: str = "hash", orders=None, exchange: str = "alltoallv",
+         halo: Expr | None = None) -> Cost:
     """1D block rows (CAGNET §IV-A, Algorithm 1).
 
     Vertices are hash-partitioned or randomly permuted first (CAGNET §IV-A-6
     compares METIS with its "random block row distribution"), so each rank
-    holds N/P rows and about E/P nonzeros; the partition only changes balance.
-    Every SpMM broadcasts its dense input block by block:
-    T_comm = alpha (P-1) + (P-1)/P beta n f (§IV-A-1, eq. 1 and 3), and the
-    weight gradient is all-reduced: alpha lg P + beta f^2 (§IV-A-4).
+    holds N/P rows and about E/P nonzeros.
+
+    ``exchange``: how each SpMM gets the dense rows its local edges read.
+    "bcast" is CAGNET's Algorithm 1 (what `gdsl run --halo bcast` runs): the
+    dense input is broadcast block by block, T_comm = alpha (P-1) + (P-1)/P
+    beta n f (§IV-A-1, eq. 1 and 3). "alltoallv" (the default, what the ranks
+    run by default, `--halo alltoallv`: gdsl/dist/functions.py HaloExchange)
+    moves only the halo rows, the remote in-neighbours of a rank's vertices:
+    S w words per SpMM with up to P-1 peers, the edge cut's exchange
+    (halo.py) on the hash partition's halo. ``halo``: S, the largest halo per
+    rank (measured from the partition when there is one; default the
+    expected halo of a random hash partition, ``hash_halo``). Was: priced as
+    the broadcast whatever the ranks ran, (P-1)/P N w per SpMM, 7.4x the
+    halo's words for gcn.gd on Cora at P = 4 (helper-34).
+
+    The weight gradient: CAGNET §IV-A-4's alpha lg P + beta f^2 per layer;
+    the ranks run one all-reduce of all the gradients per epoch, lg P
+    messages once (``one_allreduce``).
     """
+    from gdsl.cost.halo import hash_halo   # halo.py imports build.py, as this module does
     if partition not in ("hash", "random"):
         raise ValueError(f"rows partition is 'hash' or 'random', got {partition!r}")
+    if exchange not in ("alltoallv", "bcast"):
+        raise ValueError(f"rows exchange is 'alltoallv' or 'bcast', got {exchange!r}")
     pb = problem
     N, E, P = pb.N, pb.E, pb.P
     layers = pb.layers(orders)
+    S = hash_halo(N, E, P) if halo is None else halo
 
     def on_spmm(st: Step) -> list[OpCost]:
-        return [comm("bcast", st, (P - 1) / P * N * st.width, P - 1,
+        if exchange == "bcast":
+            c = comm("bcast", st, (P - 1) / P * N * st.width, P - 1,
                      f"broadcast the {st.what} input, block by block",
-                     "CAGNET §IV-A-1: alpha (P-1) + (P-1)/P beta n f"),
-                spmm(st, E / P, N / P, st.width)]
+                     "CAGNET §IV-A-1: alpha (P-1) + (P-1)/P beta n f")
+        else:
+            back = st.phase == "backward"
+            c = comm("halo_exchange", st, S * st.width, P - 1,
+                     ("send the halo's partial sums of " if back else "pull the halo rows of ") + st.what,
+                     "runtime --halo alltoallv (dist/functions.py HaloExchange): S halo rows of the SpMM's "
+                     "width per rank, alltoallv with up to P-1 peers; CAGNET §IV-A-1 broadcasts all (P-1)/P n f")
+        return [c, spmm(st, E / P, N / P, st.width)]
 
     ops = walk(layers, on_spmm=on_spmm, gemm_rows=N / P,
                on_layer=lambda ly: y_allreduce(ly, lg(P)))
+    ops = one_allreduce(ops, lg(P))
+    # one broadcast block at a time (Algorithm 1), or the halo rows (alltoallv: the rank's rows with
+    # its halo appended, dist/module.py _ext)
+    buffers = N / P if exchange == "bcast" else S
     mem = (graph_terms(E / P, N / P) + activation_terms(layers, N / P, layers[0].f_in) + param_terms(layers)
-           + [("buffers", N / P * spmm_width(layers))])  # one broadcast block at a time (Algorithm 1)
-    return Cost("rows", (("partition", partition),), tuple(ops), tuple(mem))
+           + [("buffers", buffers * spmm_width(layers))])
+    params = (("partition", partition),) + ((("halo", "bcast"),) if exchange == "bcast" else ())
+    notes = () if exchange == "bcast" else (f"halo vertices per rank: {S}",)
+    return Cost("rows", params, tuple(ops), tuple(mem), notes=notes)
 
 
 def rows_replicated(problem: Problem = SYMBOLIC, c: Expr = sy.c, *, orders=None) -> Cost:
@@ -80,6 +112,10 @@ def rows_replicated(problem: Problem = SYMBOLIC, c: Expr = sy.c, *, orders=None)
 
     ops = walk(layers, on_spmm=on_spmm, gemm_rows=N * c / P,
                on_layer=lambda ly: y_allreduce(ly, lg(P / c), "CAGNET §IV-B-4: alpha lg(P/c) + beta f^2"))
+    # CAGNET §IV-B-4 all-reduces each layer's Y over the P/c ranks of a process column, lg(P/c)
+    # messages; the ranks all-reduce every gradient once per epoch over all P ranks (sync_grads on
+    # the world communicator): lg P messages once (was: L lg(P/c); helper-34)
+    ops = one_allreduce(ops, lg(P))
     # Buffers: the stage blocks of the rank's process column, `stages` blocks of N c/P rows (N/c rows
     # when c*c | P), all received before the SpMM (gdsl/dist/functions.py BlockBcast concatenates them;
     # Algorithm 2 line 6 holds one at a time), and the N c/P-row partial sums of line 8's all-reduce.

@@ -96,8 +96,16 @@ def _is_power(P: int, k: int) -> bool:
 def candidates(problem: Problem, *, profile: Profile = DEFAULT_PROFILE, memory_per_rank: float | None = None,
                strategies: Iterable[str] | None = None, rho: float | None = None, halo: float | None = None,
                allow_approximate: bool = False, delay: int = 5, orders="narrow",
-               measured: dict | None = None) -> list[Candidate]:
-    """Every candidate plan for numeric sizes, evaluated; fastest first."""
+               measured: dict | None = None, rows_halo: float | None = None,
+               rows_exchange: str = "alltoallv") -> list[Candidate]:
+    """Every candidate plan for numeric sizes, evaluated; fastest first.
+
+    ``halo``: the edge cut's S (METIS). ``rows_halo``: the largest halo per
+    rank of the hash partition `rows(hash)` runs on (measured; default the
+    expected halo of a random hash partition, ``hash_halo``), which its
+    exchange moves under ``rows_exchange = "alltoallv"`` (the ranks'
+    default, `--halo alltoallv`); ``"bcast"`` prices CAGNET's broadcast,
+    what `--halo bcast` runs (helper-34; was: always the broadcast)."""
     pb = problem
     for k in ("N", "E", "F", "H", "C", "L", "P"):
         if pb.widths is not None and k in ("F", "H", "C", "L"):
@@ -121,12 +129,19 @@ def candidates(problem: Problem, *, profile: Profile = DEFAULT_PROFILE, memory_p
         rho_note = (f"rho={rho:.3g} estimated (random edge placement; a measured Libra partition is lower)",)
     if halo is None:
         halo_note = (f"S={hash_halo(pb.N, pb.E, P):.4g} estimated (random hash partition; METIS is lower)",)
+    rows_note = ()
+    if rows_exchange == "alltoallv":
+        if rows_halo is not None and "rows_halo" in measured:
+            rows_note = (f"hash partition's S={rows_halo:.4g} {measured['rows_halo']}",)
+        elif rows_halo is None:
+            rows_note = (f"hash partition's S={hash_halo(pb.N, pb.E, P):.4g} estimated (random hash partition)",)
     costs: list[Cost] = []
     if "replicate" in wanted:
         costs.append(replicate(pb, orders=orders))
     if P > 1:
         if "rows" in wanted:
-            costs.append(rows(pb, orders=orders))
+            costs.append(rows(pb, orders=orders, exchange=rows_exchange, halo=rows_halo))
+            notes[costs[-1].name] = rows_note
         if "rows_replicated" in wanted:
             costs += [rows_replicated(pb, c, orders=orders) for c in _divisors(P) if 2 <= c and c * c <= P]
         if "grid2d" in wanted and _is_power(P, 2):

@@ -23,7 +23,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gdsl.cost import symbols as sy
-from gdsl.cost.build import activation_terms, comm, graph_terms, param_terms, spmm, spmm_width, walk, y_allreduce
+from gdsl.cost.build import (activation_terms, comm, graph_terms, one_allreduce, param_terms, spmm, spmm_width, walk,
+                             y_allreduce)
 from gdsl.cost.problem import Problem
 from gdsl.cost.rdm import Step
 from gdsl.cost.record import Cost, OpCost
@@ -82,6 +83,7 @@ def vertex_cut(problem: Problem = SYMBOLIC, *, delay: Expr | None = 0, rho: Expr
 
     ops = walk(layers, on_spmm=on_spmm, gemm_rows=rho * N / P,
                on_layer=lambda ly: y_allreduce(ly, lg(P)))
+    ops = one_allreduce(ops, lg(P))   # the ranks' one gradient all-reduce per epoch (sync_grads)
     mem = (graph_terms(E / P, rho * N / P) + activation_terms(layers, rho * N / P, layers[0].f_in) + param_terms(layers))
     if delay is not None:
         mem.append(("partial-aggregate buffers", 2 * (rho - 1) * N / P * spmm_width(layers)))

@@ -7,7 +7,8 @@ METIS, which exists to make it smaller)."""
 from __future__ import annotations
 
 from gdsl.cost import symbols as sy
-from gdsl.cost.build import activation_terms, comm, graph_terms, param_terms, spmm, spmm_width, walk, y_allreduce
+from gdsl.cost.build import (activation_terms, comm, graph_terms, one_allreduce, param_terms, spmm, spmm_width, walk,
+                             y_allreduce)
 from gdsl.cost.problem import Problem
 from gdsl.cost.rdm import Step
 from gdsl.cost.record import Cost, OpCost
@@ -40,7 +41,7 @@ def halo_ops(layers, N: Expr, E: Expr, P: Expr, halo: Expr, *, skip=lambda ly: F
 def edge_cut(problem: Problem = SYMBOLIC, halo: Expr = sy.S, *, orders=None) -> Cost:
     pb = problem
     layers = pb.layers(orders)
-    ops = halo_ops(layers, pb.N, pb.E, pb.P, halo)
+    ops = one_allreduce(halo_ops(layers, pb.N, pb.E, pb.P, halo), lg(pb.P))   # one per epoch (sync_grads)
     mem = (graph_terms(pb.E / pb.P, pb.N / pb.P) + activation_terms(layers, pb.N / pb.P, layers[0].f_in)
            + param_terms(layers) + [("halo buffer", halo * spmm_width(layers))])
     return Cost("edge_cut", (("S", halo),), tuple(ops), tuple(mem))

@@ -18,7 +18,7 @@ are data-parallel: the ranks all-reduce their gradient with the others'
 """
 from __future__ import annotations
 
-from gdsl.cost.build import activation_terms, comm, gemm, graph_terms, param_terms, spmm, spmm_width
+from gdsl.cost.build import activation_terms, comm, gemm, graph_terms, one_allreduce, param_terms, spmm, spmm_width
 from gdsl.cost.halo import halo_ops, hash_halo
 from gdsl.cost.problem import SPARSE_FIRST, Problem
 from gdsl.cost.rdm import Step
@@ -71,6 +71,9 @@ def features(problem: Problem = SYMBOLIC, halo: Expr | None = None, *, orders=No
                             "(those after the sync: the bias)", "CAGNET §IV-A-4 (P3's layers 1_D and up)",
                             phase="backward"))
     ops += halo_ops(layers, N, E, P, halo, skip=lambda ly: ly.first)
+    # layer 1's bias and the layers >= 2's params go in the ranks' one all-reduce per epoch, over
+    # all P ranks (sync_grads, W^1 left out): lg P messages once (was: lg P per layer; helper-34)
+    ops = one_allreduce(ops, lg(P))
     rest = layers[1:]
     mem = graph_terms(E, N) + [
         ("features", N * a),

@@ -90,6 +90,8 @@ class Layer:
     first: bool = False
     last: bool = False
     weights: Expr | None = None   # words of the layer's parameters; None: a GCN layer's W, f_{l-1} f_l
+    aggregates: bool = True       # False: a transform only (SGC's / APPNP's Linear): no SpMM, no exchange
+    invariant: bool = False       # its aggregation reads no parameter: computed once, kept (see Problem)
 
     @property
     def weight_words(self) -> Expr:
@@ -113,6 +115,20 @@ class Problem:
     gives each layer's parameter words (f_1..f_L's layers, explicit depth
     only): what its weight-gradient all-reduce moves, 0 for a layer with no
     parameter; None prices every layer as a GCN layer, f_{l-1} f_l.
+
+    ``aggregates`` (one bool per layer, explicit depth only): False for a
+    layer call with no aggregation (SGC's or APPNP's `Linear`: a transform
+    only), which has no SpMM and so no exchange, forward or backward (was:
+    one SpMM and its exchanges each way; helper-34). ``invariant`` (one bool
+    per layer): the layer's aggregation reads no parameter and no dropout
+    (the IR's `invariant` mark, passes/invariant.py: SGC's propagations of
+    X): the ranks of an exact plan compute it in the first forward and keep
+    it (dist/module.py ``_rank_hoisted``; the approximate vertex cut
+    completes it once, ``_invariant_kept``), so an epoch after the first
+    runs neither its SpMM nor its exchange, and it has no backward (its
+    input's gradient reaches no parameter). Its order is sparse-first with
+    T kept, as the order pass makes it (passes/order.py, order_by=invariant).
+    None: every layer aggregates, every epoch.
     """
 
     N: Expr = sy.N
@@ -124,6 +140,8 @@ class Problem:
     P: Expr = sy.P
     widths: tuple | None = field(default=None)
     params: tuple | None = field(default=None)
+    aggregates: tuple | None = field(default=None)
+    invariant: tuple | None = field(default=None)
 
     def __post_init__(self) -> None:
         # a size given by name ("F", or widths=("F", "H", "C")) is the symbol of that name, as the IR
@@ -140,6 +158,15 @@ class Problem:
                 raise ValueError("per-layer params need a numeric L (or explicit widths)")
             if len(self.params) != len(self.layer_widths()) - 1:
                 raise ValueError(f"params gives {len(self.params)} layers, the widths {len(self.layer_widths()) - 1}")
+        for name in ("aggregates", "invariant"):
+            flags = getattr(self, name)
+            if flags is None:
+                continue
+            object.__setattr__(self, name, tuple(bool(f) for f in flags))
+            if self.symbolic_depth:
+                raise ValueError(f"per-layer {name} need a numeric L (or explicit widths)")
+            if len(flags) != len(self.layer_widths()) - 1:
+                raise ValueError(f"{name} gives {len(flags)} layers, the widths {len(self.layer_widths()) - 1}")
 
     @property
     def symbolic_depth(self) -> bool:
@@ -171,9 +198,16 @@ class Problem:
 
     def layers(self, orders: "str | OrderConfig | Sequence | None" = None) -> tuple[Layer, ...]:
         out = self._layers(orders)
-        if self.params is None:
-            return out
-        return tuple(replace(ly, weights=w) for ly, w in zip(out, self.params))
+        if self.params is not None:
+            out = tuple(replace(ly, weights=w) for ly, w in zip(out, self.params))
+        if self.aggregates is not None:
+            out = tuple(ly if a else replace(ly, aggregates=False) for ly, a in zip(out, self.aggregates))
+        if self.invariant is not None:
+            # the order pass aggregates an invariant input first and keeps T (order_by=invariant), so the
+            # backward's Y^l = T^T G^l needs no SpMM
+            out = tuple(replace(ly, invariant=True, fwd=SPARSE_FIRST, bwd=DENSE_FIRST, memoize=True)
+                        if inv and ly.aggregates else ly for ly, inv in zip(out, self.invariant))
+        return out
 
     def _layers(self, orders: "str | OrderConfig | Sequence | None" = None) -> tuple[Layer, ...]:
         """The layer kinds with their orders.

@@ -79,6 +79,18 @@ def schedule(layers: Sequence[Layer], *, input_grad: bool = True,
     for ly in layers:
         a, b, i = ly.f_in, ly.f_out, ly.index
         w = ly.has_params   # a parameter-free layer (SGC's propagation) has no GEMM and no Y
+        if not ly.aggregates or ly.invariant:
+            # No SpMM in this epoch (helper-34): a layer with no aggregation (SGC's / APPNP's Linear)
+            # is a row-local transform, and an invariant aggregation (`Problem(invariant=...)`) was
+            # computed by the first forward and kept, row-sliced (dist/module.py _rank_hoisted). The
+            # GEMM needs rows (RDM §III-A, Fig. 2). Was: one SpMM and its exchanges for both.
+            if cur == COLS and not ly.invariant:
+                add("redistribute", "forward", ly, a, f"H^{i-1} cols->rows (no aggregation)")
+            if w:
+                add("gemm", "forward", ly, b, f"Z^{i} = " + (f"T^{i} W^{i} (T^{i} kept)" if ly.invariant
+                                                               else f"H^{i-1} W^{i}"), k=a)
+            cur, memo[i] = ROWS, True
+            continue
         if ly.fwd == SPARSE_FIRST:
             if cur == ROWS:
                 add("redistribute", "forward", ly, a, f"H^{i-1} rows->cols (consecutive sparse-first layers)")
@@ -104,7 +116,20 @@ def schedule(layers: Sequence[Layer], *, input_grad: bool = True,
         # G^{i-1} is needed when a layer below has parameters (autograd computes no gradient
         # that reaches no parameter: SGC's propagation layers, under its Linear, have none)
         need_g = input_grad or any(lo.has_params for lo in layers if lo.index < i)
+        if ly.invariant:
+            need_g = False   # its input reads no parameter: no gradient of it reaches one
         if not (w or need_g):
+            continue
+        if not ly.aggregates or ly.invariant:
+            # row-local: Y^l = H^{l-1}^T G^l (or T^T G^l from the kept T) and G^{l-1} = G^l W^T, no SpMM
+            if cur == COLS:
+                add("redistribute", "backward", ly, b, f"G^{i} cols->rows (no aggregation)")
+            if w:
+                add("gemm", "backward", ly, b, f"Y^{i} = " + ("T^T" if ly.invariant else f"H^{i-1}^T") + f" G^{i}",
+                    k=a)
+            if need_g and w:
+                add("gemm", "backward", ly, a, f"G^{i-1} = G^{i} W^{i}^T", k=b)
+            cur = ROWS
             continue
         if ly.bwd == SPARSE_FIRST:
             if cur == ROWS:

@@ -17,7 +17,8 @@ added; RDM's tables leave it out.
 from __future__ import annotations
 
 from gdsl.cost import symbols as sy
-from gdsl.cost.build import activation_terms, comm, gemm, graph_terms, param_terms, spmm, spmm_width, y_allreduce
+from gdsl.cost.build import (activation_terms, comm, gemm, graph_terms, one_allreduce, param_terms, spmm, spmm_width,
+                             y_allreduce)
 from gdsl.cost.problem import OrderConfig, Problem
 from gdsl.cost.rdm import schedule
 from gdsl.cost.record import Cost, OpCost
@@ -54,6 +55,7 @@ def redistribute(problem: Problem, R_A: Expr = sy.R_A, *, config: OrderConfig | 
             ops.append(gemm(st, N / P, st.k, st.width))
     for ly in layers:
         ops += y_allreduce(ly, lg(P))
+    ops = one_allreduce(ops, lg(P))   # the ranks' one gradient all-reduce per epoch (sync_grads)
     fm = spmm_width(layers, input_grad)
     mem = (graph_terms(E * R_A / P, N * R_A / P) + activation_terms(layers, N / P, layers[0].f_in) + param_terms(layers)
            + [("buffers", N * fm / R_A + 2 * N * fm / P)])  # a column slice for the SpMM, all-to-all send+recv
