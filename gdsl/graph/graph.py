@@ -15,7 +15,23 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from gdsl.diagnostics import GdslError
+from gdsl.diagnostics import GdslError, GdslWarning
+
+
+class DataWarning(GdslWarning):
+    """A warning about the data (a loaded file, a graph built from arrays):
+    legal input that is likely not what was meant, such as masks that share
+    vertices. A `GdslWarning`, so the CLI prints it as one of its own
+    (`gdsl: warning: ...`, never raised under PYTHONWARNINGS=error) and a
+    filter on `gdsl.GdslWarning` covers it; `str()` is the message."""
+
+    def __init__(self, message: str) -> None:
+        UserWarning.__init__(self, message)
+        self.diagnostic, self.source = None, None
+
+    @property
+    def rendered(self) -> str:
+        return f"gdsl: warning: {self}"
 
 
 # The class count C = max label + 1 sizes the model's [N, C] output; label ids
@@ -130,6 +146,7 @@ class Graph:
                 name=name)
         g.validate(where)
         _warn_sparse_labels(g.labels, where)
+        _warn_overlapping_masks(g.masks, where)
         return g
 
     @classmethod
@@ -146,7 +163,7 @@ class Graph:
                                 f"{', '.join(sorted(nd.keys())) or 'nothing'})")
         masks = {k[: -len("_mask")]: nd[k] for k in nd.keys() if k.endswith("_mask")}
         return cls.from_edges(src, dst, g.num_nodes(), features=nd.get(feature_key), labels=nd.get(label_key),
-                              masks=masks, name="dgl")
+                              masks=masks, name="dgl", where="dgl graph")
 
     @classmethod
     def from_pyg(cls, data, split: int = 0) -> "Graph":
@@ -344,7 +361,36 @@ def _warn_sparse_labels(labels: torch.Tensor | None, where: str) -> None:
         at = int((labels == c - 1).nonzero()[0])
         warnings.warn(f"{where}: labels: C = {c:,} classes (the largest label + 1, {c - 1:,} at vertex {at}), but "
                       f"only {seen:,} distinct labels occur: the model gets {c:,} outputs; relabel them compactly "
-                      "(np.unique(labels, return_inverse=True))", stacklevel=3)
+                      "(np.unique(labels, return_inverse=True))", DataWarning, stacklevel=3)
+
+
+def _warn_overlapping_masks(masks: dict, where: str) -> None:
+    """Masks train, val and test that share vertices: legal, but a score on
+    one is then not held out from the other (test accuracy counting vertices
+    the loss trained on), and PyG's and DGL's splits are disjoint, so it is
+    said once, naming every pair that overlaps (helper-36). Two masks that
+    both select every vertex are a graph without a split, as a smoke test
+    writes one, and are not named."""
+    names = [k for k in ("train", "val", "test") if isinstance(masks.get(k), torch.Tensor)]
+    pairs, shares = [], set()
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            both = masks[a] & masks[b]
+            shared = int(both.sum())
+            if shared and shared < both.numel():   # both every vertex: no split, chosen (a smoke test), not a leak
+                shares.add((a, b))
+                first = int(both.nonzero()[0, 0])
+                pairs.append(f"'{a}' and '{b}' share " + ("1 vertex" if shared == 1 else f"{shared:,} vertices")
+                             + f" ({'the first is ' if shared > 1 else ''}vertex {first})")
+    if pairs:
+        trained = [b for b in ("test", "val") if ("train", b) in shares]
+        held = [f"the {' and '.join(trained)} accurac{'y counts' if len(trained) == 1 else 'ies count'} vertices "
+                "the model trained on"] * bool(trained) \
+            + ["the best-val epoch is picked on test vertices"] * (("val", "test") in shares)
+        warnings.warn(DataWarning(
+            f"{where}: the masks overlap: {'; '.join(pairs)}. Allowed, but then {', and '.join(held)}: not a "
+            "held-out score (the usual splits, as PyG's and DGL's, are disjoint)"),
+            stacklevel=3)
 
 
 def _other_vertex_masks(data, have: dict) -> dict:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from gdsl.diagnostics import GdslError
-from gdsl.graph.graph import Graph
+from gdsl.graph.graph import DataWarning, Graph
 
 BUILTIN = ("cora", "citeseer")
 REQUIRED = ("src", "dst", "features")
@@ -204,7 +204,7 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
                 what = [f"array{'s' if len(unknown) > 1 else ''} {_some(unknown)}"] * bool(unknown) \
                     + [f"member{'s' if len(other) > 1 else ''} {_some(other)} (not a .npy array)"] * bool(other)
                 warnings.warn(f"{where}: ignoring {' and '.join(what)} (not part of the .npz graph "
-                              f"format: {', '.join(FORMAT)}, NAME_mask(s), edge_NAME, node_NAME)", stacklevel=2)
+                              f"format: {', '.join(FORMAT)}, NAME_mask(s), edge_NAME, node_NAME)", DataWarning, stacklevel=2)
             for k in z.files:
                 if not _known(k):
                     continue
@@ -258,7 +258,8 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
         if multi and single:
             warnings.warn(f"{where}: split {split}: {', '.join(repr(n + '_mask') for n in single)} "
                           f"{'is a single mask' if len(single) == 1 else 'are single masks'}, the same in every "
-                          f"split, beside split {split} of {', '.join(repr(n + '_masks') for n in multi)}", stacklevel=2)
+                          f"split, beside split {split} of {', '.join(repr(n + '_masks') for n in multi)}", DataWarning,
+                          stacklevel=2)
     masks = {}
     for name in names:
         single, multi = arrays.get(f"{name}_mask"), arrays.get(f"{name}_masks")
