@@ -56,8 +56,22 @@ def _seconds(text: str) -> float:
     return v
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too), except that --help and
+    --version, written to stdout, are flushed there and a failed write is an
+    OSError for `main` to report (was: argparse swallowed it: `gdsl run --help
+    > /dev/full` exited 0 having written nothing; helper-35)."""
+
+    def _print_message(self, message, file=None):
+        if message and file is not None and file is sys.stdout:
+            file.write(message)
+            file.flush()
+        else:
+            super()._print_message(message, file)
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="gdsl", description="gdsl: a compiler for graph neural network training")
+    p = _Parser(prog="gdsl", description="gdsl: a compiler for graph neural network training")
     from gdsl import __version__
     p.add_argument("--version", action="version", version=f"gdsl {__version__}")
     sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
@@ -127,6 +141,9 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--json", metavar="FILE", help="write the candidates and the choice to FILE")
     pl.add_argument("--profile", metavar="FILE", help="machine profile JSON (default: $GDSL_PROFILE, else "
                     "~/.config/gdsl/profile.json when `gdsl calibrate` wrote one, else the built-in default)")
+    pl.add_argument("--backend", choices=("reference", "numba", "triton"), default=None,
+                    help="price the kernels at this backend's rates from the profile, as `gdsl run --np P --backend B` "
+                         "does (default: reference, the ranks' default)")
 
     ca = sub.add_parser("calibrate", help="measure this machine's alpha, beta and kernel rates into a profile")
     ca.add_argument("--out", metavar="FILE", help="where to write the profile (default: $GDSL_PROFILE, else "
@@ -319,8 +336,10 @@ def cmd_plan(args, parser) -> int:
         compile_source(source, args.program, dims=dims, overrides=_overrides(args.set, parser), train=args.train,
                        ranks=args.np_)
     mem = _mem_per_rank(args, parser)
-    from gdsl.cost.profile import describe_profile, load_profile
-    profile = load_profile(args.profile)
+    from gdsl.cost.profile import describe_profile
+    from gdsl.planning import RANKS_BACKEND, rank_profile
+    backend = args.backend or RANKS_BACKEND
+    profile = rank_profile(backend, args.profile)   # the ranks' backend's rates, as `gdsl run --np` prices them
     sched = lowered.attrs.get("schedule", {})
     # as `gdsl compile --np` and `gdsl run --np` do: a partition hint's delay
     # prices cd-r at that delay and admits the approximate plans
@@ -384,20 +403,18 @@ def cmd_plan(args, parser) -> int:
     def json_file():
         from gdsl.runtime.files import write_json
         r = ran()
-        # (as dist.cli_run.MODELLED_ONLY, which imports torch: gdsl plan without --data does not)
-        MODELLED, MODELLED_WHY = ("grid2d", "grid3d"), "modelled by the cost model, not executed (grid2d, grid3d)"
         write_json(args.json, {
             "P": args.np_, "widths": [int(w) for w in result.widths], **row,
             "choice": result.choice.best.name, "reason": result.choice.reason,
-            "profile": {"name": profile.name, "path": profile.path or None, "alpha": profile.alpha,
+            "profile": {"name": profile.name, "path": profile.path or None, "backend": backend, "alpha": profile.alpha,
                         "beta": profile.beta, "gamma_spmm": profile.gamma_spmm, "gamma_gemm": profile.gamma_gemm},
             "candidates": [{"plan": c.name, "time": c.time, "compute": c.compute, "comm": c.comm,
                             "words_per_rank": float(c.cost.words), "messages_per_rank": float(c.cost.messages),
                             "memory_per_rank": c.memory_bytes, "fits": c.fits, "exact": c.cost.exact,
                             "pareto": any(c is p for p in result.choice.pareto),
-                            # the table's x mark and the reason under it (was: not in the file; helper-33)
-                            "runnable": c.runnable and c.cost.strategy not in MODELLED,
-                            "why_not": c.not_runnable or (MODELLED_WHY if c.cost.strategy in MODELLED else None)}
+                            # the table's x mark and the reason under it (was: not in the file; helper-33);
+                            # grid2d / grid3d carry theirs too (planning.mark_modelled_only; helper-35)
+                            "runnable": c.runnable, "why_not": c.not_runnable or None}
                            for c in result.choice.candidates],
             **({"schedule_hint": {k: v for k, v in hinted.items() if k != "line"}} if hinted else {}),
             **({"executes": r.choice.best.name, "fastest_not_runnable": r.skipped} if r and r.skipped else {}),
@@ -729,6 +746,58 @@ def cmd_partition(args, parser) -> int:
     return run_partition(args, prog, graph)
 
 
+def _stdout_failed(e: OSError) -> int:
+    """A write to stdout failed: a reader that left is not an error of ours
+    (141, as SIGPIPE would give), anything else (a full disk) is said on
+    stderr (exit 1); what stdout still holds then goes to /dev/null."""
+    discard_stdout()
+    if isinstance(e, BrokenPipeError):
+        return 141
+    try:
+        print(f"gdsl: error: {(e.strerror or str(e)).lower()}", file=sys.stderr)
+    except (OSError, ValueError):
+        pass
+    return 1
+
+
+def _dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`--opt -VALUE` as `--opt=-VALUE` for the options that take one value,
+    so a value that starts with '-' reaches gdsl's own check (a usage error
+    that says what is wrong, exit 2): was argparse's "expected one argument"
+    for `--mem-per-rank -4G`, `--comm-timeout -1e3` or `--partition -x`
+    (it takes only what looks like a negative number, `-4`, as a value).
+    A value that is itself an option of the command (`-h`, `--np`) stays one:
+    `--json --save F` still says --json expects one argument."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if sub is None:
+        return argv
+    cmd_at = next((i for i, a in enumerate(argv) if a in sub.choices), None)
+    if cmd_at is None:
+        return argv
+    sp = sub.choices[argv[cmd_at]]
+    one = {o for a in sp._actions if a.option_strings and a.nargs is None
+           and isinstance(a, (argparse._StoreAction, argparse._AppendAction)) for o in a.option_strings}
+    out, i = argv[:cmd_at + 1], cmd_at + 1
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            out += argv[i:]
+            break
+        name = a if a in one else None
+        if name is None and a.startswith("--") and "=" not in a and a not in sp._option_string_actions:
+            match = [o for o in sp._option_string_actions if o.startswith(a)]   # an abbreviation (--mem)
+            name = match[0] if len(match) == 1 and match[0] in one else None
+        nxt = argv[i + 1] if i + 1 < len(argv) else None
+        if (name is not None and nxt is not None and len(nxt) > 1 and nxt[0] == "-" and nxt[1] != "-"
+                and nxt not in sp._option_string_actions):
+            out.append(f"{a}={nxt}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 MAX_RANKS = 10_000_000   # --np: more than any MPI job runs today; bounds the planner's and partitioner's loops
 
 
@@ -739,7 +808,11 @@ def main(argv: list[str] | None = None) -> int:
             # prints goes nowhere (was: internal error at the first flush, and --json / --save not written)
             setattr(sys, stream, open(os.devnull, "w"))   # noqa: SIM115 - the process's stream, open to its end
     parser = _parser()
-    args, extra = parser.parse_known_args(argv)
+    argv = _dash_values(parser, sys.argv[1:] if argv is None else list(argv))
+    try:
+        args, extra = parser.parse_known_args(argv)
+    except OSError as e:   # --help or --version to a full disk or a reader that left (was: exit 0)
+        return _stdout_failed(e)
     if extra:   # the command's usage and `gdsl COMMAND: error:` (was: the top-level usage)
         (getattr(args, "command_parser", None) or parser).error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "data", None) is not None and not args.data.strip():   # was: '.' read (run), ignored (compile, plan)

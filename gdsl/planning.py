@@ -111,11 +111,53 @@ def measure_partitions(src, dst, num_nodes: int, P: int, seed: int = 0) -> tuple
     return out, how
 
 
+RANKS_BACKEND = "reference"   # the ranks' backend when `gdsl run --np P` names none (dist/cli_run.worker_args)
+
+
+def rank_profile(backend: str | None = None, path=None) -> Profile:
+    """The machine profile priced for ranks that run `backend` (None: the
+    ranks' default, reference): the profile file's (`path`, else the default
+    location) with its SpMM and GEMM rates from ``per_backend[backend]`` where
+    `gdsl calibrate` measured that backend; else the file's top-level rates
+    (those of the backend calibrate found fastest, or a hand-written
+    profile's), or the built-in default profile (rates measured with torch,
+    i.e. the reference backend's kernels) when there is no file. Was: the
+    top-level rates always, numba's after a full calibrate, while the ranks
+    run reference unless --backend says otherwise."""
+    import json
+    from pathlib import Path
+
+    from gdsl.cost.profile import profile_from_dict
+    base = load_profile(path)
+    if not base.path:
+        return base
+    try:
+        data = json.loads(Path(base.path).read_text())
+    except (OSError, ValueError, RecursionError):   # (load_profile read it a moment ago)
+        return base
+    from dataclasses import replace
+    want = backend or RANKS_BACKEND
+    per = data.get("per_backend") if isinstance(data, dict) else None
+    if isinstance(per, dict) and isinstance(per.get(want), dict):
+        got = profile_from_dict(data, base.path, want)
+        return replace(got, source=_joined(got.source, f"rates of backend {want}"))
+    if isinstance(per, dict):   # calibrated without it (`gdsl calibrate --backend numba`; triton is not measured)
+        top = data.get("backend")
+        return replace(base, source=_joined(base.source, f"no rates for backend {want}: the top-level rates"
+                                            + (f" ({top}'s)" if isinstance(top, str) else "")))
+    return base
+
+
+def _joined(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b
+
+
 def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float | None = None,
          allow_approximate: bool = False, profile: Profile | None = None, graph=None,
-         hint: str | None = None, delay=0) -> Plan:
+         hint: str | None = None, delay=0, backend: str | None = None) -> Plan:
     """The cost model's choice for P ranks, priced on `profile` (default:
-    load_profile(), i.e. the calibrated profile when there is one). With
+    `rank_profile(backend)`: the calibrated profile when there is one, with
+    the rates of `backend`, the ranks' backend, reference by default). With
     `graph` (edges as the program sees them: its graph options applied) the
     replication factor and halo size are measured on real partitions
     (`measure_partitions`) instead of estimated. `hint` (the schedule's
@@ -134,15 +176,50 @@ def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float |
     params = layer_params(lowered)
     pb = Problem(N=dims["N"], E=dims["E"], P=P, widths=tuple(int(w) for w in widths),
                  params=None if params is None else tuple(params))
-    profile = load_profile() if profile is None else profile
+    profile = rank_profile(backend) if profile is None else profile
     stats, how = ({}, {}) if graph is None else measure_partitions(graph.src, graph.dst, graph.num_nodes, P)
     extra = {"delay": delay} if isinstance(delay, int) and delay > 0 else {}
-    choice = choose(pb, memory_per_rank, allow_approximate=allow_approximate, profile=profile,
-                    measured=how, **stats, **extra)
+    choice = mark_modelled_only(choose(pb, memory_per_rank, allow_approximate=allow_approximate, profile=profile,
+                                       measured=how, **stats, **extra))
     hinted = False
     if hint is not None:
         choice, hinted = hinted_choice(choice, hint, delay, P)
     return Plan(pb, choice, widths, profile, hinted, scopes=layer_scopes(lowered))
+
+
+MODELLED_ONLY = ("grid2d", "grid3d")   # priced by the cost model, never executed by the ranks
+MODELLED_WHY = "modelled, not executed by the ranks"
+
+
+def mark_modelled_only(choice: Choice) -> Choice:
+    """`choice` with grid2d and grid3d (priced, never executed: CAGNET's 2D
+    and 3D plans have no runtime) marked not runnable, as a rows_replicated(c)
+    the ranks refuse on P ranks is: `x` in `gdsl plan`'s table with the reason
+    under it, `"runnable": false` in its --json, never the choice, a
+    runner-up or on the Pareto front (was: the --json said not runnable, the
+    table showed them unmarked, and `gdsl plan` could choose one). The
+    choice, the front and the reason are made again as choose() makes them;
+    unchanged when no such candidate is unmarked (cost.choose may come to
+    mark them itself)."""
+    from dataclasses import replace
+
+    from gdsl.cost import rdm
+    from gdsl.cost.choose import NoPlanFits, _reason
+    if not any(c.cost.strategy in MODELLED_ONLY and c.runnable for c in choice.candidates):
+        return choice
+    cands = tuple(replace(c, not_runnable=MODELLED_WHY) if c.cost.strategy in MODELLED_ONLY and c.runnable else c
+                  for c in choice.candidates)
+    able = [c for c in cands if c.runnable] or list(cands)
+    front = tuple(able[i] for i in rdm.pareto({i: (c.time, c.memory_bytes) for i, c in enumerate(able)}))
+    fitting = [c for c in able if c.fits]
+    if not fitting:   # only a grid plan fitted (choose() raises this when none fits at all)
+        small = min(able, key=lambda c: c.memory_bytes)
+        raise NoPlanFits(f"no plan the ranks can run fits in {fmt_bytes(choice.memory_per_rank)} per rank: the "
+                         f"smallest, {small.name}, needs {fmt_bytes(small.memory_bytes)} per rank (grid2d and grid3d "
+                         "are modelled, not executed). Use more ranks or more memory per rank.")
+    best = fitting[0]
+    return replace(choice, best=best, candidates=cands, pareto=front,
+                   reason=_reason(best, cands, choice.memory_per_rank))
 
 
 def _replicas(spec, P: int):

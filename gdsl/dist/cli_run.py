@@ -13,6 +13,7 @@ from gdsl.backends import require_backend
 from gdsl.diagnostics import CompileError, GdslError, render_all
 from gdsl.dist.part import Spec, parse_spec, part_path, read_header
 from gdsl.graph.io import resolve_data
+from gdsl.planning import MODELLED_ONLY   # priced by the cost model (gdsl plan), not executed
 
 
 def _from_candidate(cand, P: int, approximate: bool) -> str | None:
@@ -39,7 +40,6 @@ def _from_candidate(cand, P: int, approximate: bool) -> str | None:
     return None  # grid2d / grid3d: modelled, not executed
 
 
-MODELLED_ONLY = ("grid2d", "grid3d")   # priced by the cost model (gdsl plan), not executed
 
 
 def why_not_runnable(cand, P: int) -> str:
@@ -47,6 +47,8 @@ def why_not_runnable(cand, P: int) -> str:
     rank count for a 1.5D plan whose c*c does not divide P (was: "for this
     program yet" there too, which blamed the program)."""
     params = dict(cand.cost.params)
+    if cand.cost.strategy in MODELLED_ONLY:
+        return "(they are modelled, not executed)"
     if cand.cost.strategy == "rows_replicated" and P % (int(params["c"]) ** 2):
         c = int(params["c"])
         return f"on {P} ranks (1.5D needs c*c = {c * c} to divide P)"
@@ -75,9 +77,10 @@ def note_recorded_only(prog) -> None:
 
 
 def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, seed: int,
-                mem_per_rank: str | None = None, quiet: bool = False) -> Spec:
+                mem_per_rank: str | None = None, quiet: bool = False, backend: str | None = None) -> Spec:
     """--partition, else the schedule's `partition` hint, else the cost model's
-    fastest executable plan (`auto`)."""
+    fastest executable plan (`auto`), priced at the rates of `backend`, the
+    ranks' backend (None: theirs by default, reference; planning.rank_profile)."""
     check_trainable(prog, graph)   # before the plan is chosen (was: "nothing to plan", or the ranks' error)
     sched = prog.checked.schedule
     if not quiet:
@@ -109,7 +112,7 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
             lowered = compile_source(prog.source, prog.file, dims=dims, overrides=prog.overrides,
                                      train=prog.train_name, stop_after="lower").module
             pl = plan(lowered, dims, P, parse_bytes(mem_per_rank) if mem_per_rank else None,
-                      allow_approximate=delay != 0, graph=g)
+                      allow_approximate=delay != 0, graph=g, backend=backend)
             found = first_runnable(pl.choice, P, ir, approximate=delay != 0, delay=delay, halo=halo, seed=seed)
             if found is not None:
                 cand, spec = found
@@ -195,13 +198,20 @@ def _refuse_unrunnable(spec: Spec, named: str, ir, file: str, P: int) -> None:
         raise GdslError(f"{named}: {e}{at}") from None
 
 
+def ranks_backend(args) -> str:
+    """The backend the ranks run: --backend, else reference (not the single
+    process's default, numba); the auto plan is priced at its rates."""
+    from gdsl.planning import RANKS_BACKEND
+    return getattr(args, "backend", None) or RANKS_BACKEND
+
+
 def worker_args(args, prog, parts: str) -> dict:
     return {"program": args.program, "train": args.train, "overrides": prog.overrides, "parts": parts,
             "data": str(resolve_data(getattr(args, "data", None))), "split": getattr(args, "split", 0),
             "epochs": args.epochs, "seed": args.seed, "json": args.json, "save": getattr(args, "save", None),
             "report": args.report,
             "checkpoint": args.checkpoint, "checkpoint_every": args.checkpoint_every, "resume": args.resume,
-            "log_every": args.log_every, "backend": getattr(args, "backend", None) or "reference",
+            "log_every": args.log_every, "backend": ranks_backend(args),
             "comm_timeout": getattr(args, "comm_timeout", None)}
 
 
@@ -350,7 +360,7 @@ def run_distributed(args, prog, graph, data) -> int:
                 if args.parts:
                     check_out_dir(args.parts)
                 spec = choose_spec(prog, graph, P, args.partition, args.delay, args.halo, args.seed,
-                                   args.mem_per_rank)
+                                   args.mem_per_rank, backend=ranks_backend(args))
                 check_delay(spec.delay, _epochs(args, prog))
                 _check_resume(args, P, prog, graph_key(graph), spec.describe())
                 parts = args.parts or (tmp := temp_parts_dir())
@@ -415,7 +425,9 @@ def _cache_name(args, prog, graph, size: int) -> str:
     import hashlib
 
     from gdsl.dist.run import graph_key, program_key
-    plan = repr((graph_key(graph), args.partition, args.delay, args.halo, args.seed, args.mem_per_rank))
+    # (and the ranks' backend: the auto plan is priced at its rates)
+    plan = repr((graph_key(graph), args.partition, args.delay, args.halo, args.seed, args.mem_per_rank,
+                 ranks_backend(args)))
     return f"{program_key(prog.source, prog.overrides, prog.train_name)}-" \
            f"{hashlib.sha256(plan.encode()).hexdigest()[:12]}-{size}"
 
@@ -455,7 +467,7 @@ def _run_as_rank(args, prog, graph) -> int:
             elif not part_path(parts, 0).exists():
                 check_out_dir(parts)
                 spec = choose_spec(prog, graph, size, args.partition, args.delay, args.halo, args.seed,
-                                   args.mem_per_rank)
+                                   args.mem_per_rank, backend=ranks_backend(args))
                 check_delay(spec.delay, _epochs(args, prog))
                 if (hold := os.environ.get("GDSL_TEST_HOLD_PARTITION")):   # test hook: a long partitioning
                     print("gdsl-test: partitioning", file=sys.stderr, flush=True)
