@@ -183,3 +183,161 @@ def test_an_empty_loss_or_eval_mask_is_refused_before_training(tmp_path, capsys,
     assert f"gdsl: error: {p}: mask '{mask}' selects no vertex" in err and "Traceback" not in err, err
     with pytest.raises(GdslError, match=f"mask '{mask}' selects no vertex"):
         gdsl.train(gdsl.compile(GCN), load_graph(p), epochs=1, backend="reference")
+
+
+# -- odd but plausible .npz contents -----------------------------------------
+
+def refused(path, *needles):
+    with pytest.raises(GdslError) as e:
+        load_graph(path)
+    msg = str(e.value)
+    assert msg.startswith(f"{path}: "), msg
+    for n in needles:
+        assert n in msg, msg
+    return msg
+
+
+def test_a_mask_given_as_vertex_ids_is_refused_with_the_conversion(tmp_path):
+    """(was: 'must be bool (or 0/1 integers), got dtype int64 holding values other than 0 and 1',
+    or for ids [0, 1] 'has shape [2], expected [10]', without a word about index arrays)"""
+    d = tiny()
+    d["train_mask"] = np.array([0, 2, 5])   # OGB's split_idx, np.nonzero(mask)[0]
+    refused(write(tmp_path / "ids.npz", d), "array 'train_mask'", "values other than 0 and 1",
+            "it looks like vertex ids", "mask = np.zeros(10, bool); mask[ids] = True")
+    d["train_mask"] = np.array([0, 1])      # ids that happen to be 0 and 1: never read as ids
+    refused(write(tmp_path / "ids01.npz", d), "array 'train_mask' has shape [2], expected [10]",
+            "it looks like vertex ids")
+    d["train_mask"] = np.array([0, 1, 12])  # not ids of this graph: no such guess
+    assert "vertex ids" not in refused(write(tmp_path / "ids12.npz", d), "array 'train_mask'")
+    with pytest.raises(GdslError, match=r"^graph: train mask: .* values other than 0 and 1; if these are vertex ids "
+                                        r"\(an index array, as OGB's split_idx\), make a mask"):
+        Graph.from_edges([0], [1], 10, train_mask=torch.tensor([0, 2, 5]))
+
+
+def test_0_1_integer_masks_still_load(tmp_path):
+    d = tiny()
+    d["train_mask"], d["val_mask"] = d["train_mask"].astype(np.int64), d["val_mask"].astype(np.uint8)
+    g = load_graph(write(tmp_path / "int.npz", d))
+    assert g.train_mask.dtype == torch.bool and g.train_mask.tolist() == tiny()["train_mask"].tolist()
+
+
+def test_labels_stored_as_float_are_refused_saying_which_kind_they_are(tmp_path):
+    d = tiny()
+    d["labels"] = d["labels"].astype(np.float64)   # pandas, torch's .float(): whole numbers
+    refused(write(tmp_path / "wl.npz", d), "array 'labels' must hold integers, got dtype float64",
+            "whole numbers", "labels.astype(np.int64)")
+    d["labels"] = d["labels"] + 0.25               # a regression target
+    msg = refused(write(tmp_path / "real.npz", d), "array 'labels' must hold integers", "node_NAME", "mse")
+    assert "whole" not in msg
+    with pytest.raises(GdslError, match=r"^graph: labels: expected integer class ids, got torch.float32; they are "
+                                        r"whole numbers: pass them as integers \(labels.long\(\)"):
+        Graph.from_edges([0], [1], 2, labels=torch.tensor([0.0, 1.0]))
+    with pytest.raises(GdslError, match=r"not a class label: pass it as ndata="):
+        Graph.from_edges([0], [1], 2, labels=torch.tensor([0.5, 1.0]))
+
+
+def test_a_1d_feature_array_is_refused_with_the_reshape(tmp_path):
+    d = tiny()
+    d["features"] = d["features"][:, 0]
+    refused(write(tmp_path / "f1.npz", d), "array 'features' must be a 2-d numeric array [N, F]", "shape [10]",
+            "features[:, None]")
+    with pytest.raises(GdslError, match=r"features must be \[N=3, F\], got \[3\] \(one feature per vertex is "
+                                        r"\[N, 1\]: features\[:, None\]\)"):
+        Graph.from_edges([0], [1], 3, features=np.ones(3))
+
+
+def test_an_empty_float_edge_list_is_no_edges(tmp_path):
+    """np.array([]) is float64: an edgeless graph written with it loads, as from_edges takes it
+    (was: "array 'src' must hold integers, got dtype float64")."""
+    d = tiny()
+    d["src"], d["dst"] = np.array([]), np.array([])
+    g = load_graph(write(tmp_path / "e0.npz", d))
+    assert g.num_edges == 0 and g.num_nodes == 10 and g.src.dtype == torch.int64
+    d["src"], d["dst"] = np.array([0.0]), np.array([1.0])   # a non-empty float edge list is still refused
+    refused(write(tmp_path / "e1.npz", d), "array 'src' must hold integers, got dtype float64")
+
+
+def test_zero_edges_int_and_a_vertex_count_beyond_the_edges_load(tmp_path):
+    d = tiny()
+    d["src"], d["dst"] = np.zeros(0, np.int32), np.zeros(0, np.int32)
+    assert load_graph(write(tmp_path / "e0.npz", d)).num_edges == 0
+    d = tiny()
+    keep = (d["src"] < 5) & (d["dst"] < 5)   # vertices 5..9 without edges: N is the features' rows
+    d["src"], d["dst"] = d["src"][keep].astype(np.int32), d["dst"][keep].astype(np.int32)
+    g = load_graph(write(tmp_path / "iso.npz", d))
+    assert g.num_nodes == 10 and g.src.dtype == torch.int64 and int(g.in_degree()[5:].sum()) == 0
+
+
+def test_from_edges_without_num_nodes_says_where_n_came_from():
+    """(was: 'labels must have one entry per vertex (3), got shape [4]' with N nowhere given)"""
+    with pytest.raises(GdslError, match=r"labels must have one entry per vertex \(3\), got shape \[4\] \(without "
+                                        r"num_nodes or features, N is the largest vertex id in the edges \+ 1; "
+                                        r"pass num_nodes=N\)"):
+        Graph.from_edges([0, 1], [1, 2], labels=[0, 1, 0, 1])
+    assert Graph.from_edges([0, 1], [1, 2], 4, labels=[0, 1, 0, 1]).num_nodes == 4
+
+
+def test_an_empty_file_is_said_to_be_empty(tmp_path):
+    p = tmp_path / "empty.npz"
+    p.write_bytes(b"")
+    refused(p, "not an .npz file: not a zip archive: the file is empty (0 bytes)")
+
+
+def test_arrays_saved_by_position_are_named_as_the_cause(tmp_path):
+    d = tiny()
+    p = tmp_path / "pos.npz"
+    np.savez(p, d["src"], d["dst"], d["features"])
+    with pytest.warns(DataWarning, match="ignoring arrays 'arr_0', 'arr_1', 'arr_2'"):
+        refused(p, "missing arrays 'src', 'dst', 'features'", "arrays passed by position are stored as arr_0")
+    q = write(tmp_path / "nofeat.npz", {"src": d["src"], "dst": d["dst"]})
+    assert "by position" not in refused(q, "missing array 'features'")
+
+
+def test_negative_labels_name_the_vertex_and_the_usual_fix(tmp_path):
+    d = tiny()
+    d["labels"][6] = -1   # unlabelled, as some data sets mark them
+    refused(write(tmp_path / "neg.npz", d), "labels must be class ids >= 0, found -1 (at vertex 6)",
+            "leave them out of the masks")
+
+
+def test_float64_features_bool_features_and_big_endian_load_as_float32(tmp_path):
+    for conv in (lambda f: f.astype(np.float64), lambda f: f > 0.5, lambda f: f.astype(">f4"),
+                 lambda f: np.asfortranarray(f), lambda f: (f * 30).astype(np.int16)):
+        d = tiny()
+        d["features"] = conv(d["features"])
+        g = load_graph(write(tmp_path / "f.npz", d))
+        assert g.features.dtype == torch.float32 and g.features.shape == (10, 3)
+        assert np.allclose(g.features.numpy(), np.asarray(d["features"], np.float64))
+
+
+def test_duplicate_edges_and_self_loops_meet_the_graph_options(tmp_path):
+    d = tiny()
+    d["src"] = np.concatenate([d["src"], d["src"][:3], np.arange(10)])
+    d["dst"] = np.concatenate([d["dst"], d["dst"][:3], np.arange(10)])
+    g = load_graph(write(tmp_path / "dl.npz", d))
+    assert g.num_edges == 20 + 3 + 10                                    # as given
+    assert g.with_options(self_loops=True).num_edges == 20 + 3 + 10      # loops replaced, one per vertex
+    assert g.with_options(symmetric=True).num_edges == 20 + 10           # duplicates removed
+    assert g.with_options(self_loops=True, symmetric=True).num_edges == 30
+    s = g.with_options(self_loops=True, symmetric=True)
+    assert int((s.src == s.dst).sum()) == 10
+
+
+def test_other_files_in_place_of_an_npz_are_refused_naming_them(tmp_path, monkeypatch):
+    import zipfile
+    import gdsl.graph.io as io_module
+    np.save(tmp_path / "x.npy", np.ones(3))
+    refused(tmp_path / "x.npy", "not an .npz file: a single .npy array")
+    with zipfile.ZipFile(tmp_path / "other.zip", "w") as z:
+        z.writestr("notes.txt", "hi")
+    with pytest.warns(DataWarning, match=r"ignoring member 'notes.txt' \(not a .npy array\)"):
+        refused(tmp_path / "other.zip", "missing arrays 'src', 'dst', 'features'")
+    (tmp_path / "d.npz").mkdir()
+    with pytest.raises(GdslError, match=r"d.npz: is a directory"):
+        load_graph(tmp_path / "d.npz")
+    p = write(tmp_path / "locked.npz", tiny())
+
+    def no_permission(*a, **k):
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr(io_module, "open", no_permission, raising=False)   # root reads a chmod 0 file
+    refused(p, "permission denied")

@@ -118,6 +118,7 @@ class Graph:
         src_t = own(src, torch.int64, "src", ids=True)
         dst_t = own(dst, torch.int64, "dst", ids=True)
         feats = None if features is None else own(features, torch.float32, "features")
+        inferred = num_nodes is None and feats is None   # N from the edges: the largest id + 1
         if num_nodes is None:
             num_nodes = feats.shape[0] if feats is not None else int(max(src_t.max(), dst_t.max())) + 1 if src_t.numel() else 0
         if isinstance(num_nodes, torch.Tensor) and num_nodes.ndim == 0 and num_nodes.dtype in _INT_DTYPES:
@@ -144,7 +145,13 @@ class Graph:
                 {k: own(v, torch.float32, f"edge data '{k}'") for k, v in (edata or {}).items()},
                 {k: own(v, torch.float32, f"vertex data '{k}'") for k, v in (ndata or {}).items()},
                 name=name)
-        g.validate(where)
+        try:
+            g.validate(where)
+        except GdslError as e:
+            if inferred and "per vertex (" in str(e):   # vertices after the last edge's ids (helper-36)
+                raise GdslError(f"{e} (without num_nodes or features, N is the largest vertex id in the edges "
+                                "+ 1; pass num_nodes=N)") from None
+            raise
         _warn_sparse_labels(g.labels, where)
         _warn_overlapping_masks(g.masks, where)
         return g
@@ -223,7 +230,8 @@ class Graph:
                 raise GdslError(f"{where}: edge endpoint {bad} is out of range for {n} vertices")
         if self.features is not None:
             if self.features.dim() != 2 or self.features.shape[0] != n:
-                raise GdslError(f"{where}: features must be [N={n}, F], got {list(self.features.shape)}")
+                hint = " (one feature per vertex is [N, 1]: features[:, None])" if self.features.shape == (n,) else ""
+                raise GdslError(f"{where}: features must be [N={n}, F], got {list(self.features.shape)}{hint}")
             if not _all_finite(self.features):
                 bad = int((~torch.isfinite(self.features)).any(1).nonzero()[0])
                 raise GdslError(f"{where}: features contain NaN or inf (first at vertex {bad})")
@@ -231,7 +239,11 @@ class Graph:
             if self.labels.shape != (n,):
                 raise GdslError(f"{where}: labels must have one entry per vertex ({n}), got shape {list(self.labels.shape)}")
             if n and int(self.labels.min()) < 0:
-                raise GdslError(f"{where}: labels must be class ids >= 0, found {int(self.labels.min())}")
+                lo = int(self.labels.min())
+                at = int((self.labels == lo).nonzero()[0, 0])
+                raise GdslError(f"{where}: labels must be class ids >= 0, found {lo} (at vertex {at}); for vertices "
+                                "without a label give any class id (0) and leave them out of the masks: the loss "
+                                "and the scores read the masked vertices only")
             if n and int(self.labels.max()) >= MAX_CLASSES:
                 raise GdslError(f"{where}: labels must be class ids 0..C-1 with C at most {MAX_CLASSES:,}; found "
                                 f"{int(self.labels.max()):,} (relabel them compactly, e.g. np.unique(labels, "
@@ -471,12 +483,21 @@ def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str =
         # was: cast with torch's warning, dropping the imaginary part
         raise GdslError(f"{where}: {what} must be real numbers, got {t.dtype}")
     if dtype == torch.int64 and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool):
-        raise GdslError(f"{where}: {what}: expected integer {'ids' if ids else 'class ids'}, got {t.dtype}")
+        hint = ""
+        if not ids and t.is_floating_point():   # labels (helper-36): whole numbers stored as float, or a target
+            whole = bool(torch.isfinite(t).all() and (t == t.round()).all())
+            hint = ("; they are whole numbers: pass them as integers (labels.long(), labels.astype(np.int64))" if whole else
+                    "; a real-valued target is not a class label: pass it as ndata={'NAME': ...}, read by a "
+                    "vertex input NAME (with a loss such as mse)")
+        raise GdslError(f"{where}: {what}: expected integer {'ids' if ids else 'class ids'}, got {t.dtype}{hint}")
     if dtype == torch.bool and t.dtype != torch.bool:
         if t.is_floating_point() or not bool(((t == 0) | (t == 1)).all()):
             # (an integer mask of 0s and 1s is taken; say so: was "got torch.int64" for [2, 0, 3, 0])
+            ids_hint = ("; if these are vertex ids (an index array, as OGB's split_idx), make a mask: "
+                        "mask = torch.zeros(N, dtype=torch.bool); mask[ids] = True"
+                        if not t.is_floating_point() and t.dim() == 1 and bool((t >= 0).all()) else "")
             raise GdslError(f"{where}: {what}: expected a boolean mask (bool, or integers 0/1), got {t.dtype}"
-                            + ("" if t.is_floating_point() else " with values other than 0 and 1"))
+                            + ("" if t.is_floating_point() else " with values other than 0 and 1") + ids_hint)
     if dtype == torch.float32 and t.dtype == torch.float64 and t.numel():
         _check_fits_float32(t, what, where)
     out = t.to(dtype)

@@ -126,6 +126,40 @@ def _check_members(zf: zipfile.ZipFile, where: str) -> None:
                             "with numpy.savez or numpy.savez_compressed")
 
 
+def _names_in(p: Path) -> list[str]:
+    """The array names of an .npz archive (its members without `.npy`)."""
+    try:
+        with zipfile.ZipFile(p) as zf:
+            return [k[:-4] if k.endswith(".npy") else k for k in zf.namelist()]
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return []
+
+
+def _index_mask_hint(m: np.ndarray, n: int) -> str:
+    """A mask given as the ids of the vertices it selects (OGB's split_idx, `np.nonzero(mask)[0]`):
+    said so, with the conversion (helper-36). A mask is read as bool, never as ids: [0, 1] would mean
+    either vertex 1 or vertices 0 and 1."""
+    if m.dtype.kind not in "iu" or m.ndim != 1 or m.size == 0 or (m.size == n and _maskish(m)):
+        return ""
+    if int(m.min()) < 0 or int(m.max()) >= n:
+        return ""
+    return (f"; it looks like vertex ids (an index array, as OGB's split_idx); a mask is bool with one entry per "
+            f"vertex: mask = np.zeros({n}, bool); mask[ids] = True")
+
+
+def _float_labels_hint(a: np.ndarray) -> str:
+    """labels of a float dtype: whole numbers (stored as float by pandas or torch's `.float()`) or a
+    real-valued target, said apart (helper-36)."""
+    if a.dtype.kind != "f":
+        return ""
+    with np.errstate(invalid="ignore"):
+        whole = bool(np.isfinite(a).all() and (a == np.round(a)).all())
+    if whole:
+        return " holding whole numbers; store them as integers: labels.astype(np.int64)"
+    return (" (a real-valued target is not a class label: store it as an array node_NAME, read by a vertex "
+            "input NAME, with a loss such as mse)")
+
+
 def _maskish(a: np.ndarray) -> bool:
     """bool, or integers that are all 0 or 1."""
     return a.dtype == np.bool_ or (a.dtype.kind in "iu" and bool(((a == 0) | (a == 1)).all()))
@@ -187,6 +221,8 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
                 else "a single .npy array" if head == b"\x93NUMPY"
                 else "it has bytes before its zip archive (an .npz file starts with the archive)" if zipfile.is_zipfile(p)
                 else "not a zip archive (truncated, corrupt or another format)")
+        if head == b"":   # (was: "not a zip archive (truncated, corrupt or another format)" for a 0-byte file)
+            what = "not a zip archive: the file is empty (0 bytes)"
         raise GdslError(f"{where}: not an .npz file: {what}")
     try:
         with zipfile.ZipFile(p) as zf:
@@ -225,21 +261,32 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
         raise GdslError(f"{where}: not a readable .npz file ({e})") from None
     missing = [k for k in REQUIRED if k not in arrays]
     if missing:
+        # np.savez(path, src, dst, ...) stores positional arrays as arr_0, arr_1, ... (helper-36)
+        positional = "; np.savez(path, src=..., dst=..., features=...) names them: arrays passed by position " \
+            "are stored as arr_0, arr_1, ..." if any(re.fullmatch(r"arr_\d+", k) for k in _names_in(p)) else ""
         raise GdslError(f"{where}: missing array{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)} "
-                        f"(an .npz graph holds src, dst, features, and optionally labels and masks)")
+                        f"(an .npz graph holds src, dst, features, and optionally labels and masks{positional})")
     src, dst, feats = (arrays[k] for k in REQUIRED)
+    for k in ("src", "dst"):
+        if arrays[k].size == 0 and arrays[k].dtype.kind == "f":
+            arrays[k] = arrays[k].astype(np.int64)   # np.array([]) is float64: no edges (as from_edges takes it)
+    src, dst = arrays["src"], arrays["dst"]
     labels = arrays.get("labels")   # optional: a program without a label input (mse, bce of floats) needs none
     for k, a in (("src", src), ("dst", dst), ("labels", labels)):
         if a is None:
             continue
         if a.dtype.kind not in "iu":
-            raise GdslError(f"{where}: array '{k}' must hold integers, got dtype {a.dtype}")
+            raise GdslError(f"{where}: array '{k}' must hold integers, got dtype {a.dtype}"
+                            + (_float_labels_hint(a) if k == "labels" else ""))
         if a.ndim != 1:
             raise GdslError(f"{where}: array '{k}' must be 1-d, got shape {list(a.shape)}")
         if a.dtype == np.uint64 and a.size and int(a.max()) > np.iinfo(np.int64).max:   # would wrap negative
             raise GdslError(f"{where}: array '{k}' holds {int(a.max())}, which does not fit in int64")
     if feats.dtype.kind not in "fiub" or feats.ndim != 2:
-        raise GdslError(f"{where}: array 'features' must be a 2-d numeric array [N, F], got dtype {feats.dtype} shape {list(feats.shape)}")
+        hint = (" (one feature per vertex is the shape [N, 1]: features[:, None])"
+                if feats.ndim == 1 and feats.dtype.kind in "fiub" else "")
+        raise GdslError(f"{where}: array 'features' must be a 2-d numeric array [N, F], got dtype {feats.dtype} "
+                        f"shape {list(feats.shape)}{hint}")
     if len(src) != len(dst):
         raise GdslError(f"{where}: array 'dst' has {len(dst)} entries but 'src' has {len(src)}")
     n = feats.shape[0]
@@ -279,9 +326,10 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
         if not _maskish(m):
             # 0/1 integers are taken, as Graph.from_edges takes them (was: refused here only)
             raise GdslError(f"{where}: array '{key}' must be bool (or 0/1 integers), got dtype {m.dtype}"
-                            + (" holding values other than 0 and 1" if m.dtype.kind in "iu" else ""))
+                            + (" holding values other than 0 and 1" if m.dtype.kind in "iu" else "")
+                            + _index_mask_hint(m, n))
         if m.shape != (n,):
-            raise GdslError(f"{where}: array '{key}' has shape {list(m.shape)}, expected [{n}]")
+            raise GdslError(f"{where}: array '{key}' has shape {list(m.shape)}, expected [{n}]" + _index_mask_hint(m, n))
         masks[name] = m.astype(bool)
     edata = {name: v for k, v in arrays.items() if (name := _data_name(k, "edge_")) is not None}
     ndata = {name: v for k, v in arrays.items() if (name := _data_name(k, "node_")) is not None}
