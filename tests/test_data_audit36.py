@@ -341,3 +341,23 @@ def test_other_files_in_place_of_an_npz_are_refused_naming_them(tmp_path, monkey
         raise PermissionError(13, "Permission denied")
     monkeypatch.setattr(io_module, "open", no_permission, raising=False)   # root reads a chmod 0 file
     refused(p, "permission denied")
+
+
+def test_from_dgl_warns_of_overlapping_masks_naming_a_dgl_graph():
+    class Nd(dict):
+        pass
+
+    class DglLike:   # what from_dgl reads of a dgl.DGLGraph
+        def __init__(self):
+            self.ndata = Nd(feat=torch.ones(3, 2), label=torch.tensor([0, 1, 0]),
+                            train_mask=torch.tensor([True, True, False]), test_mask=torch.tensor([False, True, True]))
+
+        def edges(self):
+            return torch.tensor([0, 1]), torch.tensor([1, 2])
+
+        def num_nodes(self):
+            return 3
+
+    _, said = data_warnings(lambda: Graph.from_dgl(DglLike()))
+    assert len(said) == 1 and said[0].startswith("dgl graph: the masks overlap: 'train' and 'test' share 1 vertex "
+                                                 "(vertex 1)"), said
