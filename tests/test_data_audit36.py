@@ -361,3 +361,37 @@ def test_from_dgl_warns_of_overlapping_masks_naming_a_dgl_graph():
     _, said = data_warnings(lambda: Graph.from_dgl(DglLike()))
     assert len(said) == 1 and said[0].startswith("dgl graph: the masks overlap: 'train' and 'test' share 1 vertex "
                                                  "(vertex 1)"), said
+
+
+def test_arrays_under_another_librarys_names_are_named_with_the_fix(tmp_path):
+    """PyG's edge_index / x / y, an [E, 2] 'edges' (was: the missing-array error and an 'ignoring' warning)."""
+    d = tiny()
+    ei = np.stack([d["src"], d["dst"]])
+    p = write(tmp_path / "pyg.npz", {"edge_index": ei, "x": d["features"], "y": d["labels"]})
+    with pytest.warns(DataWarning, match="ignoring arrays 'x', 'y'"):
+        refused(p, "missing arrays 'src', 'dst', 'features'", "it has 'edge_index', 'x', 'y', not names of the "
+                "format: save them as src=edge_index[0], dst=edge_index[1]; features=x; labels=y")
+    p = write(tmp_path / "edges.npz", {"edges": ei.T, "features": d["features"]})
+    with pytest.warns(DataWarning):
+        refused(p, "missing arrays 'src', 'dst'", "src=edges[:, 0], dst=edges[:, 1] for [E, 2]")
+
+
+def test_1_based_edge_ids_are_named_as_such():
+    with pytest.raises(GdslError, match=r"edge endpoint 3 is out of range for 3 vertices \(the ids run from 1 to N: "
+                                        r"numbered from 1\? subtract 1\)"):
+        Graph.from_edges([1, 2], [2, 3], 3)
+    with pytest.raises(GdslError) as e:   # an id merely too large: no guess
+        Graph.from_edges([0, 2], [2, 3], 3)
+    assert "numbered from 1" not in str(e.value)
+
+
+def test_labels_and_split_masks_in_other_libraries_layouts_are_named(tmp_path):
+    d = tiny()
+    d["labels"] = tiny()["labels"][:, None]
+    refused(write(tmp_path / "ogb.npz", d), "array 'labels' must be 1-d, got shape [10, 1]", "labels[:, 0]")
+    d["labels"] = np.eye(2, dtype=np.int64)[tiny()["labels"]]
+    refused(write(tmp_path / "onehot.npz", d), "array 'labels' must be 1-d, got shape [10, 2]", "labels.argmax(1)")
+    d = tiny()
+    d["train_masks"] = np.stack([d["train_mask"]] * 3, 1)   # PyG's [N, S]
+    refused(write(tmp_path / "ns.npz", d), "array 'train_masks'", "shape [10, 3]", "PyG's layout [N, S]: save its "
+            "transpose, .T")

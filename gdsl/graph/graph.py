@@ -227,7 +227,9 @@ class Graph:
             hi = int(max(self.src.max(), self.dst.max()))
             if lo < 0 or hi >= n:
                 bad = lo if lo < 0 else hi
-                raise GdslError(f"{where}: edge endpoint {bad} is out of range for {n} vertices")
+                # ids 1..N: numbered from 1 (MATLAB, some edge-list files); said so (helper-36)
+                one = " (the ids run from 1 to N: numbered from 1? subtract 1)" if lo == 1 and hi == n else ""
+                raise GdslError(f"{where}: edge endpoint {bad} is out of range for {n} vertices{one}")
         if self.features is not None:
             if self.features.dim() != 2 or self.features.shape[0] != n:
                 hint = " (one feature per vertex is [N, 1]: features[:, None])" if self.features.shape == (n,) else ""

@@ -135,6 +135,24 @@ def _names_in(p: Path) -> list[str]:
         return []
 
 
+# names other libraries give the format's arrays (PyG's Data, DGL's ndata, edge lists): said with the fix
+_ALIASES = {"edge_index": ("src", "src=edge_index[0], dst=edge_index[1]"),
+            "edges": ("src", "src=edges[:, 0], dst=edges[:, 1] for [E, 2] (edges[0], edges[1] for [2, E])"),
+            "x": ("features", "features=x"), "feat": ("features", "features=feat"),
+            "feats": ("features", "features=feats"), "y": ("labels", "labels=y"), "label": ("labels", "labels=label")}
+
+
+def _other_names_hint(have: list[str], missing: list[str]) -> str:
+    """'; it has 'edge_index', 'x': save them as src=edge_index[0], ...' for the arrays the file
+    holds under another library's name (helper-36: was the missing-array error alone)."""
+    fixes = [(k, fix) for k, (stands_for, fix) in _ALIASES.items()
+             if k in have and (stands_for in missing or stands_for == "labels" and "labels" not in have)]
+    if not fixes:
+        return ""
+    return (f"; it has {', '.join(repr(k) for k, _ in fixes)}, not names of the format: save them as "
+            f"{'; '.join(fix for _, fix in fixes)}")
+
+
 def _index_mask_hint(m: np.ndarray, n: int) -> str:
     """A mask given as the ids of the vertices it selects (OGB's split_idx, `np.nonzero(mask)[0]`):
     said so, with the conversion (helper-36). A mask is read as bool, never as ids: [0, 1] would mean
@@ -262,10 +280,12 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
     missing = [k for k in REQUIRED if k not in arrays]
     if missing:
         # np.savez(path, src, dst, ...) stores positional arrays as arr_0, arr_1, ... (helper-36)
+        have = _names_in(p)
         positional = "; np.savez(path, src=..., dst=..., features=...) names them: arrays passed by position " \
-            "are stored as arr_0, arr_1, ..." if any(re.fullmatch(r"arr_\d+", k) for k in _names_in(p)) else ""
+            "are stored as arr_0, arr_1, ..." if any(re.fullmatch(r"arr_\d+", k) for k in have) else ""
         raise GdslError(f"{where}: missing array{'s' if len(missing) > 1 else ''} {', '.join(repr(m) for m in missing)} "
-                        f"(an .npz graph holds src, dst, features, and optionally labels and masks{positional})")
+                        f"(an .npz graph holds src, dst, features, and optionally labels and masks{positional})"
+                        + _other_names_hint(have, missing))
     src, dst, feats = (arrays[k] for k in REQUIRED)
     for k in ("src", "dst"):
         if arrays[k].size == 0 and arrays[k].dtype.kind == "f":
@@ -279,7 +299,12 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
             raise GdslError(f"{where}: array '{k}' must hold integers, got dtype {a.dtype}"
                             + (_float_labels_hint(a) if k == "labels" else ""))
         if a.ndim != 1:
-            raise GdslError(f"{where}: array '{k}' must be 1-d, got shape {list(a.shape)}")
+            hint = ""
+            if k == "labels" and a.ndim == 2 and a.shape[1] == 1:
+                hint = " (OGB's [N, 1] labels: save labels[:, 0])"
+            elif k == "labels" and a.ndim == 2 and a.size and bool(((a == 0) | (a == 1)).all() and (a.sum(1) == 1).all()):
+                hint = " (one-hot rows: save the class ids, labels.argmax(1))"
+            raise GdslError(f"{where}: array '{k}' must be 1-d, got shape {list(a.shape)}{hint}")
         if a.dtype == np.uint64 and a.size and int(a.max()) > np.iinfo(np.int64).max:   # would wrap negative
             raise GdslError(f"{where}: array '{k}' holds {int(a.max())}, which does not fit in int64")
     if feats.dtype.kind not in "fiub" or feats.ndim != 2:
@@ -315,8 +340,10 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
                                   or multi.shape[0] == 0):
             # checked whichever split is used (was: only when this array's split was selected,
             # and a 1-d, 3-d or empty one not at all)
+            layout = (" (PyG's layout [N, S]: save its transpose, .T)"
+                      if multi.ndim == 2 and multi.shape[0] == n and multi.shape[1] != n and _maskish(multi) else "")
             raise GdslError(f"{where}: array '{name}_masks' must be bool (or 0/1 integers) of shape [S, {n}] with "
-                            f"S >= 1 splits, got dtype {multi.dtype} shape {list(multi.shape)}")
+                            f"S >= 1 splits, got dtype {multi.dtype} shape {list(multi.shape)}{layout}")
         if multi is not None and (split != 0 or single is None):
             if multi.ndim != 2 or not 0 <= split < multi.shape[0]:
                 raise GdslError(f"{where}: split {split} is not available in '{name}_masks' of shape {list(multi.shape)}")
