@@ -395,3 +395,11 @@ def test_labels_and_split_masks_in_other_libraries_layouts_are_named(tmp_path):
     d["train_masks"] = np.stack([d["train_mask"]] * 3, 1)   # PyG's [N, S]
     refused(write(tmp_path / "ns.npz", d), "array 'train_masks'", "shape [10, 3]", "PyG's layout [N, S]: save its "
             "transpose, .T")
+
+
+def test_float_labels_with_nan_for_unlabelled_vertices_say_so(tmp_path):
+    d = tiny()
+    d["labels"] = d["labels"].astype(np.float32)
+    d["labels"][[2, 5]] = np.nan   # OGB's unlabelled vertices
+    refused(write(tmp_path / "nan.npz", d), "got dtype float32 holding whole numbers and NaN (first at vertex 2: "
+            "unlabelled?)", "leave them out of the masks", "labels.astype(np.int64)")

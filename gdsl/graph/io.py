@@ -170,8 +170,13 @@ def _float_labels_hint(a: np.ndarray) -> str:
     real-valued target, said apart (helper-36)."""
     if a.dtype.kind != "f":
         return ""
+    finite = np.isfinite(a)
     with np.errstate(invalid="ignore"):
-        whole = bool(np.isfinite(a).all() and (a == np.round(a)).all())
+        whole = bool((a[finite] == np.round(a[finite])).all())
+    if whole and not finite.all():   # OGB marks unlabelled vertices NaN
+        at = int(np.flatnonzero(~finite)[0])
+        return (f" holding whole numbers and NaN (first at vertex {at}: unlabelled?); give unlabelled vertices any "
+                "class id (0), leave them out of the masks, and store the labels as integers: labels.astype(np.int64)")
     if whole:
         return " holding whole numbers; store them as integers: labels.astype(np.int64)"
     return (" (a real-valued target is not a class label: store it as an array node_NAME, read by a vertex "
