@@ -403,3 +403,9 @@ def test_float_labels_with_nan_for_unlabelled_vertices_say_so(tmp_path):
     d["labels"][[2, 5]] = np.nan   # OGB's unlabelled vertices
     refused(write(tmp_path / "nan.npz", d), "got dtype float32 holding whole numbers and NaN (first at vertex 2: "
             "unlabelled?)", "leave them out of the masks", "labels.astype(np.int64)")
+
+
+def test_from_edges_float_labels_with_nan_say_so():
+    with pytest.raises(GdslError, match=r"got torch.float32; they are whole numbers and NaN \(first at vertex 1: "
+                                        r"unlabelled\?\): give unlabelled vertices any class id"):
+        Graph.from_edges([0], [1], 3, labels=torch.tensor([0.0, float("nan"), 2.0]))

@@ -487,10 +487,15 @@ def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str =
     if dtype == torch.int64 and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool):
         hint = ""
         if not ids and t.is_floating_point():   # labels (helper-36): whole numbers stored as float, or a target
-            whole = bool(torch.isfinite(t).all() and (t == t.round()).all())
-            hint = ("; they are whole numbers: pass them as integers (labels.long(), labels.astype(np.int64))" if whole else
-                    "; a real-valued target is not a class label: pass it as ndata={'NAME': ...}, read by a "
-                    "vertex input NAME (with a loss such as mse)")
+            finite = torch.isfinite(t)
+            whole = bool((t[finite] == t[finite].round()).all())
+            hint = ("; a real-valued target is not a class label: pass it as ndata={'NAME': ...}, read by a "
+                    "vertex input NAME (with a loss such as mse)" if not whole else
+                    "; they are whole numbers: pass them as integers (labels.long(), labels.astype(np.int64))"
+                    if bool(finite.all()) else
+                    f"; they are whole numbers and NaN (first at vertex {int((~finite).nonzero()[0, 0])}: unlabelled?): "
+                    "give unlabelled vertices any class id (0), leave them out of the masks, and pass the labels as "
+                    "integers")
         raise GdslError(f"{where}: {what}: expected integer {'ids' if ids else 'class ids'}, got {t.dtype}{hint}")
     if dtype == torch.bool and t.dtype != torch.bool:
         if t.is_floating_point() or not bool(((t == 0) | (t == 1)).all()):
