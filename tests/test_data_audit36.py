@@ -409,3 +409,17 @@ def test_from_edges_float_labels_with_nan_say_so():
     with pytest.raises(GdslError, match=r"got torch.float32; they are whole numbers and NaN \(first at vertex 1: "
                                         r"unlabelled\?\): give unlabelled vertices any class id"):
         Graph.from_edges([0], [1], 3, labels=torch.tensor([0.0, float("nan"), 2.0]))
+
+
+def test_a_text_file_given_as_data_is_said_to_be_text(tmp_path):
+    """(was: 'not a zip archive (truncated, corrupt or another format)' for a CSV edge list)"""
+    p = tmp_path / "edges.csv"
+    p.write_text("src,dst\n0,1\n1,2\n")
+    refused(p, "not an .npz file: not a zip archive: it is a text file (an edge list or CSV?)", "numpy.savez(path, ")
+    refused(Path(GCN), "not a zip archive: it is a text file, a gdsl program by its name, not data")
+    q = tmp_path / "noise.bin"
+    q.write_bytes(bytes(range(256)) * 2)
+    assert "text file" not in refused(q, "not a zip archive (truncated, corrupt or another format)")
+    r = tmp_path / "utf8.txt"
+    r.write_bytes(("é" * 300).encode())   # a character cut at the end of the sample is still text
+    refused(r, "it is a text file")

@@ -183,6 +183,17 @@ def _float_labels_hint(a: np.ndarray) -> str:
             "input NAME, with a loss such as mse)")
 
 
+def _is_text(start: bytes) -> bool:
+    """The first bytes of a file decode as UTF-8 text without control characters other than whitespace."""
+    try:
+        text = start.decode("utf-8")
+    except UnicodeDecodeError as e:   # a multi-byte character cut at the end of the sample is still text
+        if e.start < len(start) - 3:
+            return False
+        text = start[:e.start].decode("utf-8")
+    return bool(text) and all(c.isprintable() or c in "\t\r\n\f" for c in text)
+
+
 def _maskish(a: np.ndarray) -> bool:
     """bool, or integers that are all 0 or 1."""
     return a.dtype == np.bool_ or (a.dtype.kind in "iu" and bool(((a == 0) | (a == 1)).all()))
@@ -234,7 +245,8 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
         raise GdslError(f"{where}: not a regular file (a device, pipe or socket), not an .npz file")
     try:
         with open(p, "rb") as f:
-            head = f.read(6)
+            start = f.read(512)   # the format's magic, and whether the file is text
+            head = start[:6]
     except OSError as e:   # no permission (was: a raw PermissionError from load_graph)
         raise GdslError(f"{where}: {(e.strerror or str(e)).lower()}") from None
     if not head.startswith((b"PK\x03\x04", b"PK\x05\x06")) or not zipfile.is_zipfile(p):
@@ -246,6 +258,11 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
                 else "not a zip archive (truncated, corrupt or another format)")
         if head == b"":   # (was: "not a zip archive (truncated, corrupt or another format)" for a 0-byte file)
             what = "not a zip archive: the file is empty (0 bytes)"
+        elif p.suffix == ".gd" and _is_text(start):   # the program and the data swapped
+            what = "not a zip archive: it is a text file, a gdsl program by its name, not data"
+        elif _is_text(start):   # a CSV, an edge list (helper-36)
+            what = ("not a zip archive: it is a text file (an edge list or CSV?); gdsl reads .npz files: write one "
+                    "with numpy.savez(path, src=..., dst=..., features=..., labels=...)")
         raise GdslError(f"{where}: not an .npz file: {what}")
     try:
         with zipfile.ZipFile(p) as zf:
