@@ -272,3 +272,25 @@ def test_rows_replicated_all_reduces_every_gradient_once_over_all_ranks():
     assert ar["recv"] == [4 * sum(params)] * 4
     assert sum(o.words for o in _allreduces(cost)) == sum(params)
     assert _ar_messages(cost) == 2   # lg 4, once
+
+
+def test_p3_first_layer_without_aggregation_has_no_spmm():
+    # features, P = 4, N = 100, APPNP-like layer 1 (Linear 8 -> 8, params 72) then 8 -> 4 (params 36),
+    # halo 10: layer 1_M multiplies its F/P = 2 feature columns (2 x 100 x 2 x 8 = 3200 flops each
+    # way), the owners pull the partials ((P-1)/P N 8 = 600 words) and the backward pushes G^1
+    # (600); no SpMM in layer 1. Layer 2 (CAGNET's order): halo 10 x 8 forward, 10 x 4 backward.
+    # One all-reduce: b^1 (8) + layer 2 (36) = 44 words.
+    pb = Problem(N=100, E=500, P=4, widths=(8, 8, 4), params=(72, 36), aggregates=(False, True))
+    cost = features(pb, halo=10)
+    assert not [o for o in cost.ops if o.layer == 1 and o.op == "spmm"]
+    assert cost.words == pytest.approx(600 + 600 + 80 + 40 + 44)
+    assert cost.messages == 3 + 3 + 3 + 3 + 2
+
+
+def test_no_memoised_aggregate_without_an_aggregation():
+    # a widening Linear first (8 -> 64, narrow: sparse-first forward, dense-first backward) keeps
+    # no A^T H^0 (there is none); with an aggregation it keeps N/P x 8 = 50 x 8 = 400 words
+    with_agg = rows(Problem(N=100, E=500, P=2, widths=(8, 64, 4)), orders="narrow")
+    without = rows(Problem(N=100, E=500, P=2, widths=(8, 64, 4), aggregates=(False, True)), orders="narrow")
+    assert dict(with_agg.memory_terms)["memoised A^T H"] == 400
+    assert dict(without.memory_terms)["memoised A^T H"] == 0

@@ -147,7 +147,8 @@ def activation_terms(layers: Sequence[Layer], n_loc: Expr, features: Expr,
     kept = [ly for ly in layers if not skip(ly)]
     acts = sum((ly.count * 2 * n_loc * ly.f_out for ly in kept), 0)
     reads_t = [ly for ly in kept if ly.fwd == SPARSE_FIRST and ly.bwd == DENSE_FIRST and ly.memoize
-               and ly.has_params]   # T is kept for Y^l = T^T G^l: no Y without a parameter
+               and ly.has_params    # T is kept for Y^l = T^T G^l: no Y without a parameter
+               and ly.aggregates]   # and no T without an aggregation (helper-34)
     memo = sum((ly.count * n_loc * ly.f_in for ly in reads_t), 0)
     return [("features", n_loc * features), ("activations", acts), ("memoised A^T H", memo),
             ("gradients", 2 * n_loc * grad_width(kept or layers))]

@@ -90,6 +90,7 @@ def vertex_cut(problem: Problem = SYMBOLIC, *, delay: Expr | None = 0, rho: Expr
     if overlap:
         # cd-r keeps the in-flight aggregates of every layer for r epochs
         # (DistGNN Table 6: cd-5 needs ~1.6x the memory of cd-0).
-        mem.append(("delayed aggregates", sum((ly.count * 2 * (rho - 1) * N / P * ly.f_in for ly in layers), 0)))
+        mem.append(("delayed aggregates", sum((ly.count * 2 * (rho - 1) * N / P * ly.f_in for ly in layers
+                                               if ly.aggregates and not ly.invariant), 0)))
     return Cost("vertex_cut", (("delay", label), ("rho", rho)), tuple(ops), tuple(mem),
                 exact=exact, overlap=overlap)

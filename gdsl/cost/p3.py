@@ -63,6 +63,8 @@ def features(problem: Problem = SYMBOLIC, halo: Expr | None = None, *, orders=No
     if not l1.has_params:   # SGC's first propagation: no W^1, so no GEMM and no backward (helper-32;
         # was: a phantom F/P x F GEMM each way and the G^1 push, 251 ms of sgc.gd's 253 ms at P = 4)
         ops, back = [o for o in ops if o.op != "gemm"], []
+    if not l1.aggregates:   # layer 1 a transform only (APPNP's Linear): H^0_p W^1_p and its Y, no SpMM
+        ops, back = [o for o in ops if o.op != "spmm"], [o for o in back if o.op != "spmm"]   # (helper-34)
     ops += back
     if l1.weights is not None and l1.has_params:   # `Problem(params=...)`: layer 1's words beyond the F x H weight W^1
         rest_words = l1.weights - l1.f_in * l1.f_out
