@@ -101,13 +101,18 @@ def measure_partitions(src, dst, num_nodes: int, P: int, seed: int = 0) -> tuple
         verts, _ = gp.replicas(src, dst, ep, num_nodes, P)
         out["rho"] = gp.replication_factor(verts, num_nodes)
         how["rho"] = f"measured (Libra vertex cut of this graph at P={P})"
+        hashed = gp.rows_hash(num_nodes, P)
+        hash_halo = float(max(h.size for h in gp.halo(src, dst, hashed, P)))
         try:
             owner = gp.edge_cut_metis(src, dst, num_nodes, P, seed=seed)
             kind = "METIS edge cut"
         except GdslError:
-            owner, kind = gp.rows_hash(num_nodes, P), "hash partition (pymetis not installed)"
-        out["halo"] = float(max(h.size for h in gp.halo(src, dst, owner, P)))
+            owner, kind = hashed, "hash partition (pymetis not installed)"
+        out["halo"] = hash_halo if owner is hashed else float(max(h.size for h in gp.halo(src, dst, owner, P)))
         how["halo"] = f"measured (largest halo per rank, {kind} of this graph at P={P})"
+        # the halo rows(hash)'s alltoallv exchange moves (was: estimated, hash_halo, with the graph at hand)
+        out["rows_halo"] = hash_halo
+        how["rows_halo"] = f"measured (largest halo per rank, hash partition of this graph at P={P})"
     return out, how
 
 
@@ -154,10 +159,12 @@ def _joined(a: str, b: str) -> str:
 
 def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float | None = None,
          allow_approximate: bool = False, profile: Profile | None = None, graph=None,
-         hint: str | None = None, delay=0, backend: str | None = None) -> Plan:
+         hint: str | None = None, delay=0, backend: str | None = None, halo: str = "alltoallv") -> Plan:
     """The cost model's choice for P ranks, priced on `profile` (default:
     `rank_profile(backend)`: the calibrated profile when there is one, with
-    the rates of `backend`, the ranks' backend, reference by default). With
+    the rates of `backend`, the ranks' backend, reference by default).
+    `halo` is how the row plans exchange their halo rows (`--halo`:
+    alltoallv, the ranks' default, or bcast), which prices rows(hash). With
     `graph` (edges as the program sees them: its graph options applied) the
     replication factor and halo size are measured on real partitions
     (`measure_partitions`) instead of estimated. `hint` (the schedule's
@@ -180,7 +187,7 @@ def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float |
     stats, how = ({}, {}) if graph is None else measure_partitions(graph.src, graph.dst, graph.num_nodes, P)
     extra = {"delay": delay} if isinstance(delay, int) and delay > 0 else {}
     choice = mark_modelled_only(choose(pb, memory_per_rank, allow_approximate=allow_approximate, profile=profile,
-                                       measured=how, **stats, **extra))
+                                       measured=how, rows_exchange=halo, **stats, **extra))
     hinted = False
     if hint is not None:
         choice, hinted = hinted_choice(choice, hint, delay, P)

@@ -168,3 +168,59 @@ def test_help_to_a_reader_that_left_is_141():
 def test_help_still_prints():
     code, out, err = run_gdsl(["run", "--help"])
     assert code == 0 and out.startswith("usage: gdsl run") and "--mem-per-rank" in out
+
+
+# planning.plan passes the cost model's new inputs (docs/cost-model.md "Left", helper-34): the hash
+# partition's measured halo for rows(hash), and the run's --halo
+
+def test_plan_prices_rows_hash_on_the_measured_hash_halo(tmp_path):
+    import numpy as np
+
+    from gdsl.graph import partition as gp
+    from gdsl.graph.io import load_graph
+    from gdsl.planning import measure_partitions
+
+    g = load_graph("cora").with_options(self_loops=True, symmetric=True)
+    stats, how = measure_partitions(g.src, g.dst, g.num_nodes, 4)
+    want = max(h.size for h in gp.halo(np.asarray(g.src), np.asarray(g.dst), gp.rows_hash(g.num_nodes, 4), 4))
+    assert stats["rows_halo"] == want and "hash partition of this graph at P=4" in how["rows_halo"]
+    out = tmp_path / "p.json"
+    code, _, err = run_gdsl(["plan", GCN, "--data", "cora", "--np", "4", "--json", str(out)])
+    assert code == 0, err
+    rows = next(c for c in json.loads(out.read_text())["candidates"] if c["plan"] == "rows(partition=hash)")
+    # the cost model's rows(hash) on that halo (was: on the estimated hash halo, 1535 rows on Cora at
+    # P = 4, where the partition has 1260)
+    from gdsl.cost.cagnet import rows as rows_cost
+    from gdsl.cost.halo import hash_halo
+    from gdsl.cost.problem import Problem
+    from gdsl.compiler import compile_source
+    from gdsl.planning import layer_params
+    lowered = compile_source(Path(GCN).read_text(), GCN, dims={"F": 1433, "C": 7}, stop_after="lower").module
+    pb = Problem(N=g.num_nodes, E=g.num_edges, P=4, widths=(1433, 16, 7), params=tuple(layer_params(lowered)))
+    assert rows["words_per_rank"] == pytest.approx(float(rows_cost(pb, orders="narrow", halo=want).words))
+    assert rows["words_per_rank"] != pytest.approx(float(rows_cost(pb, orders="narrow", halo=hash_halo(pb.N, pb.E, 4)).words))
+
+
+def test_run_np_prices_the_halo_exchange_it_runs(tmp_path, monkeypatch):
+    import gdsl.dist.launch as launch
+    import gdsl.planning as planning
+
+    monkeypatch.setenv("GDSL_PROFILE", str(tmp_path / "none.json"))
+    seen = []
+    real_plan = planning.plan
+
+    def plan(*a, **k):
+        result = real_plan(*a, **k)
+        seen.append((k.get("halo"), {c.name: c for c in result.choice.candidates}))
+        return result
+
+    monkeypatch.setattr(planning, "plan", plan)
+    monkeypatch.setattr(launch, "launch", lambda wargs, P, temp_dirs=None: 0)
+    words = {}
+    for mode in ("alltoallv", "bcast"):
+        code, _, err = run_gdsl(["run", GCN, "--np", "2", "--epochs", "1", "--halo", mode])
+        assert code in (0, 1), err   # (bcast: a row plan may not be the choice; --halo then refuses it)
+        halo, cands = seen[-1]
+        assert halo == mode
+        words[mode] = float(next(c for n, c in cands.items() if n.startswith("rows(partition=hash")).cost.words)
+    assert words["bcast"] > words["alltoallv"]   # CAGNET's broadcast of whole blocks (was: priced alike)

@@ -112,7 +112,7 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
             lowered = compile_source(prog.source, prog.file, dims=dims, overrides=prog.overrides,
                                      train=prog.train_name, stop_after="lower").module
             pl = plan(lowered, dims, P, parse_bytes(mem_per_rank) if mem_per_rank else None,
-                      allow_approximate=delay != 0, graph=g, backend=backend)
+                      allow_approximate=delay != 0, graph=g, backend=backend, halo=halo)
             found = first_runnable(pl.choice, P, ir, approximate=delay != 0, delay=delay, halo=halo, seed=seed)
             if found is not None:
                 cand, spec = found
