@@ -64,6 +64,22 @@ def layer_params(lowered: Module) -> list | None:
     return None if any(w is None for w in out) else out
 
 
+def layer_aggregates(lowered: Module) -> list[bool]:
+    """Whether each layer call, in layer_widths' order, aggregates (a
+    `gather` in the called layer or a layer it calls): False for a transform
+    only (APPNP's or SGC's `Linear`, an MLP's layers), which the cost model
+    prices with no SpMM and no exchange (Problem(aggregates=...), as the
+    ranks run it; was: every layer priced with one SpMM and its exchanges
+    each way)."""
+    def has(fn_name: str, seen: tuple = ()) -> bool:
+        fn = lowered.funcs.get(fn_name)
+        if fn is None or fn_name in seen:
+            return False
+        return any(op.name == "gather" or (op.name == "call" and has(op.attrs["callee"], seen + (fn_name,)))
+                   for op in fn.ops)
+    return [has(op.attrs["callee"]) for op in lowered.main.ops if op.name == "call"]
+
+
 def layer_scopes(lowered: Module) -> list[str]:
     """The scope of each layer call, in layer_widths' order: the inlined ops
     of layer l carry scopes[l - 1], which is where the partition pass writes
@@ -182,7 +198,7 @@ def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float |
     # so a parameter-free propagation layer got a phantom GEMM and weight all-reduce)
     params = layer_params(lowered)
     pb = Problem(N=dims["N"], E=dims["E"], P=P, widths=tuple(int(w) for w in widths),
-                 params=None if params is None else tuple(params))
+                 params=None if params is None else tuple(params), aggregates=tuple(layer_aggregates(lowered)))
     profile = rank_profile(backend) if profile is None else profile
     stats, how = ({}, {}) if graph is None else measure_partitions(graph.src, graph.dst, graph.num_nodes, P)
     extra = {"delay": delay} if isinstance(delay, int) and delay > 0 else {}

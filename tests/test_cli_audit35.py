@@ -224,3 +224,22 @@ def test_run_np_prices_the_halo_exchange_it_runs(tmp_path, monkeypatch):
         assert halo == mode
         words[mode] = float(next(c for n, c in cands.items() if n.startswith("rows(partition=hash")).cost.words)
     assert words["bcast"] > words["alltoallv"]   # CAGNET's broadcast of whole blocks (was: priced alike)
+
+
+def test_plan_prices_a_layer_without_aggregation_with_no_spmm():
+    """docs/cost-model.md "Left" (c), its first half: planning.plan passes Problem(aggregates=...),
+    so APPNP's two Linear layers (and an MLP's) have no SpMM and no exchange (was: one each way)."""
+    from gdsl.compiler import compile_source
+    from gdsl.planning import layer_aggregates, plan
+
+    def lowered(name):
+        f = ROOT / "programs" / "extra" / name
+        return compile_source(f.read_text(), str(f), dims={"F": 1433, "C": 7}, stop_after="lower").module
+
+    appnp = lowered("appnp.gd")
+    assert layer_aggregates(appnp) == [False, False, True, True, True, True, True]
+    assert layer_aggregates(lowered("mlp.gd")) == [False, False]
+    r = plan(appnp, {"N": 2708, "E": 13264}, 4)
+    assert r.problem.aggregates == (False, False, True, True, True, True, True)
+    layers = {op.layer for op in r.choice.best.cost.ops if op.op in ("spmm", "halo_exchange")}
+    assert layers and not layers & {1, 2}, r.choice.best.cost.ops   # the Linear layers: no SpMM, no exchange
