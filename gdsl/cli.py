@@ -102,7 +102,8 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=_seed, default=0, help="random seed (default 0)")
     r.add_argument("--backend", choices=("reference", "numba", "triton"),
                    help="execution backend (default: triton if the schedule says target = gpu, else numba; "
-                        "reference where numba is not installed)")
+                        "reference where numba is not installed; with --np the ranks' default is reference, "
+                        "and the automatic plan is priced at the backend the ranks run)")
     r.add_argument("--json", metavar="FILE", help="write per-epoch and final metrics to FILE")
     r.add_argument("--save", metavar="FILE", help="write the trained params to FILE (a torch state dict: "
                    "model.load_state_dict(torch.load(FILE)))")
