@@ -461,9 +461,16 @@ def _plan_hint(schedule: dict, result, P: int) -> dict | None:
             return {"partition": hint, "applies": False, "executes": None, "run_refuses": refused,
                     "line": f"schedule: partition = {hint}: not a plan for P={P}: `gdsl run --np {P}` refuses it "
                             f"({refused}); `gdsl compile --np` records the choice above"}
+        from gdsl.planning import MODELLED_ONLY, MODELLED_WHY
+        if hint.split("(")[0].strip() in MODELLED_ONLY:   # priced (its x row, at a square or cube P), never run
+            # (was: "not a plan the cost model prices", beside its row in the table; helper-35)
+            why = MODELLED_WHY + (" (its row is marked x above)" if any(
+                c.cost.strategy == hint.split("(")[0].strip() for c in result.choice.candidates) else "")
+        else:
+            why = f"not a plan the cost model prices for P={P}"
         return {"partition": hint, "applies": False, "executes": result.choice.best.name,
                 "exact": result.choice.best.cost.exact,
-                "line": f"schedule: partition = {hint}: not a plan the cost model prices for P={P}, so "
+                "line": f"schedule: partition = {hint}: {why}, so "
                         f"`gdsl run --np {P}` and `gdsl compile --np` keep the choice above"}
     if choice.best is result.choice.best:
         line = f"schedule: partition = {hint} names the choice above"

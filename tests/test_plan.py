@@ -148,7 +148,9 @@ def test_plan_says_what_the_schedule_hint_makes_run_execute(tmp_path):
     assert hint["executes"] is None and hint["run_refuses"].startswith("rows_replicated(3): 1.5D needs"), hint
     prog.write_text(base + "\nschedule {\n    partition = grid2d\n}\n")   # modelled only: run falls back
     code, out, err = run_gdsl(["plan", str(prog), "--data", "cora", "--np", "4"])
-    assert code == 0 and "not a plan the cost model prices for P=4, so `gdsl run --np 4`" in out, out
+    # priced (its row marked x), never run: said so (was: "not a plan the cost model prices", beside its row)
+    assert code == 0 and ("schedule: partition = grid2d: modelled, not executed by the ranks (its row is marked x "
+                          "above), so `gdsl run --np 4`") in out, out
     code, out, err = run_gdsl(["plan", GCN, "--data", "cora", "--np", "4", "--json", str(tmp_path / "q.json")])
     assert code == 0 and "schedule:" not in out and "schedule_hint" not in json.loads((tmp_path / "q.json").read_text())
     # rows(random) / rows(block): priced as rows(hash), named as run executes them (was: "executes
