@@ -13,6 +13,7 @@ __version__ = "0.1.0"
 # (the error classes too: the `gdsl` command's first code, gdsl/__main__.py, runs after this
 # package is imported, and a Ctrl-C before it printed a traceback: nothing here imports)
 _LAZY = {"Program": "gdsl.api", "compile": "gdsl.api", "Graph": "gdsl.graph", "load_graph": "gdsl.graph",
+         "DataWarning": "gdsl.graph",
          "train": "gdsl.runtime.trainer", **dict.fromkeys(("CompileError", "Error", "GdslError", "GdslWarning"),
                                                           "gdsl.diagnostics")}
 
@@ -25,4 +26,5 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'gdsl' has no attribute {name!r}")
 
 
-__all__ = ["Program", "compile", "Graph", "load_graph", "train", "CompileError", "Error", "GdslError", "GdslWarning"]
+__all__ = ["Program", "compile", "Graph", "load_graph", "train", "CompileError", "Error", "GdslError", "GdslWarning",
+           "DataWarning"]

@@ -73,6 +73,12 @@ def bind_dims(prog: CheckedProgram, graph: Graph, given: dict[str, int] | None =
             continue
         if d.type.dtype == "label":
             if graph.labels is None:
+                y = graph.ndata.get("y") if graph.name == "pyg" else None
+                if y is not None:   # from_pyg keeps a float data.y as a vertex input 'y' (a regression target)
+                    raise GdslError(f"{graph.source or graph.name}: the program's input '{name}' needs labels, but the "
+                                    f"graph's data.y is floating point ({str(y.dtype).replace('torch.', '')}), kept as "
+                                    "a vertex input 'y' (a regression target); for class labels convert it "
+                                    "first: data.y = data.y.long()")
                 raise GdslError(f"{graph.source or graph.name}: the program's input '{name}' needs labels, but the graph "
                                 "has none (an .npz file gives them as the array 'labels')")
             declared = d.type.shape[0]
