@@ -105,7 +105,9 @@ def candidates(problem: Problem, *, profile: Profile = DEFAULT_PROFILE, memory_p
     expected halo of a random hash partition, ``hash_halo``), which its
     exchange moves under ``rows_exchange = "alltoallv"`` (the ranks'
     default, `--halo alltoallv`); ``"bcast"`` prices CAGNET's broadcast,
-    what `--halo bcast` runs (helper-34; was: always the broadcast)."""
+    what `--halo bcast` runs (helper-34; was: always the broadcast), and
+    prices edge_cut's exchange so too: the ranks run it as rows(metis) under
+    the same --halo (helper-37; was: S w words under --halo bcast)."""
     pb = problem
     for k in ("N", "E", "F", "H", "C", "L", "P"):
         if pb.widths is not None and k in ("F", "H", "C", "L"):
@@ -162,7 +164,9 @@ def candidates(problem: Problem, *, profile: Profile = DEFAULT_PROFILE, memory_p
                 costs.append(vertex_cut(pb, delay=d, rho=rho, orders=o))
                 notes[costs[-1].name] = rho_note
         if "edge_cut" in wanted:
-            costs.append(edge_cut(pb, hash_halo(pb.N, pb.E, P) if halo is None else halo, orders=orders))
+            # --halo applies to edge_cut (run as rows(metis)) as to rows(hash) (helper-37)
+            costs.append(edge_cut(pb, hash_halo(pb.N, pb.E, P) if halo is None else halo, orders=orders,
+                                  exchange=rows_exchange))
             notes[costs[-1].name] = halo_note
     out = [_evaluate(cst, profile, memory_per_rank, notes.get(cst.name, ())) for cst in costs]
     out = [replace(cd, not_runnable=rows_replicated_refusal(P, int(dict(cd.cost.params)["c"])))

@@ -38,10 +38,35 @@ def halo_ops(layers, N: Expr, E: Expr, P: Expr, halo: Expr, *, skip=lambda ly: F
                 on_layer=lambda ly: y_allreduce(ly, lg(P)))
 
 
-def edge_cut(problem: Problem = SYMBOLIC, halo: Expr = sy.S, *, orders=None) -> Cost:
+def edge_cut(problem: Problem = SYMBOLIC, halo: Expr = sy.S, *, orders=None, exchange: str = "alltoallv") -> Cost:
+    """A METIS vertex partition, S halo rows per rank.
+
+    ``exchange``: how the ranks move the halo, `gdsl run --halo`, which the
+    ranks apply to edge_cut (run as rows(metis)) as to rows(hash):
+    "alltoallv" (the default) moves the S halo rows, S w words per SpMM;
+    "bcast" (gdsl/dist/functions.py HaloExchange, mode bcast) allgathers every
+    rank's whole block and reduce-scatters the backward's partials, CAGNET's
+    (P-1)/P N w per SpMM whatever S is, as rows(halo=bcast) is priced (was:
+    S w under --halo bcast too; helper-37)."""
+    if exchange not in ("alltoallv", "bcast"):
+        raise ValueError(f"edge_cut exchange is 'alltoallv' or 'bcast', got {exchange!r}")
     pb = problem
+    N, E, P = pb.N, pb.E, pb.P
     layers = pb.layers(orders)
-    ops = one_allreduce(halo_ops(layers, pb.N, pb.E, pb.P, halo), lg(pb.P))   # one per epoch (sync_grads)
-    mem = (graph_terms(pb.E / pb.P, pb.N / pb.P) + activation_terms(layers, pb.N / pb.P, layers[0].f_in)
-           + param_terms(layers) + [("halo buffer", halo * spmm_width(layers))])
-    return Cost("edge_cut", (("S", halo),), tuple(ops), tuple(mem))
+    if exchange == "bcast":
+        def on_spmm(st: Step) -> list[OpCost]:
+            return [comm("bcast", st, (P - 1) / P * N * st.width, P - 1,
+                         f"allgather every rank's block of the {st.what} input (--halo bcast)",
+                         "runtime --halo bcast (dist/functions.py HaloExchange): allgatherv of the blocks, "
+                         "reduce_scatter backward; CAGNET §IV-A-1: (P-1)/P beta n f"),
+                    spmm(st, E / P, N / P, st.width)]
+        ops = walk(layers, on_spmm=on_spmm, gemm_rows=N / P, on_layer=lambda ly: y_allreduce(ly, lg(P)))
+        buffers = ("buffers", N / P * spmm_width(layers))   # as rows(halo=bcast) prices it
+    else:
+        ops = halo_ops(layers, N, E, P, halo)
+        buffers = ("halo buffer", halo * spmm_width(layers))
+    ops = one_allreduce(ops, lg(P))   # one per epoch (sync_grads)
+    mem = (graph_terms(E / P, N / P) + activation_terms(layers, N / P, layers[0].f_in)
+           + param_terms(layers) + [buffers])
+    params = (("S", halo),) + ((("halo", "bcast"),) if exchange == "bcast" else ())
+    return Cost("edge_cut", params, tuple(ops), tuple(mem))
