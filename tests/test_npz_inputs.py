@@ -64,7 +64,9 @@ def test_integer_masks_are_taken_when_0_or_1(tmp_path):
         load_graph(tmp_path / "two.npz")
     z["labelled_mask"] = z["labelled_mask"].astype(np.float32) / 2
     np.savez(tmp_path / "float.npz", **z)
-    with pytest.raises(GdslError, match=r"array 'labelled_mask' must be bool \(or 0/1 integers\), got dtype float32$"):
+    # a float mask is refused; one of 0.0s and 1.0s says how to store it (helper-37)
+    with pytest.raises(GdslError, match=r"array 'labelled_mask' must be bool \(or 0/1 integers\), got dtype float32 "
+                                        r"holding 0.0 and 1.0; store it as bool: mask.astype\(bool\)$"):
         load_graph(tmp_path / "float.npz")
     z["labelled_mask"] = np.stack([z["labelled_mask"].astype(np.int64)] * 2)
     z["labelled_masks"] = z.pop("labelled_mask")

@@ -239,7 +239,8 @@ class Graph:
                 raise GdslError(f"{where}: features contain NaN or inf (first at vertex {bad})")
         if self.labels is not None:
             if self.labels.shape != (n,):
-                raise GdslError(f"{where}: labels must have one entry per vertex ({n}), got shape {list(self.labels.shape)}")
+                raise GdslError(f"{where}: labels must have one entry per vertex ({n}), got shape {list(self.labels.shape)}"
+                                + _one_hot_hint(self.labels))
             if n and int(self.labels.min()) < 0:
                 lo = int(self.labels.min())
                 at = int((self.labels == lo).nonzero()[0, 0])
@@ -486,6 +487,10 @@ def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str =
         raise GdslError(f"{where}: {what} must be real numbers, got {t.dtype}")
     if dtype == torch.int64 and (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool):
         hint = ""
+        if not ids and t.is_floating_point() and _one_hot_hint(t):
+            # float one-hot rows (np.eye(C)[y], F.one_hot(y).float()): the class ids, not .long() (helper-37)
+            raise GdslError(f"{where}: {what}: expected integer class ids, one per vertex, got {t.dtype} of shape "
+                            f"{list(t.shape)}{_one_hot_hint(t)}")
         if not ids and t.is_floating_point():   # labels (helper-36): whole numbers stored as float, or a target
             finite = torch.isfinite(t)
             whole = bool((t[finite] == t[finite].round()).all())
@@ -511,6 +516,15 @@ def _as_tensor(x, dtype: torch.dtype, what: str, ids: bool = False, where: str =
     if copy and borrowed and out.data_ptr() == t.data_ptr() and out.numel():
         out = out.clone()   # the graph's own copy (docs/cli.md): `graph.features.mul_(2)` left the caller's array alone
     return out
+
+
+def _one_hot_hint(t: torch.Tensor) -> str:
+    """Labels given as one-hot rows [N, C] (helper-37: was told to pass them as integers, still one-hot)."""
+    if t.dim() != 2 or t.shape[1] < 2 or not t.numel() or t.is_complex():
+        return ""
+    if bool(((t == 0) | (t == 1)).all() and (t.sum(1) == 1).all()):
+        return " (one-hot rows: pass the class ids, labels.argmax(1))"
+    return ""
 
 
 def _check_dense(x: torch.Tensor, what: str, where: str) -> None:

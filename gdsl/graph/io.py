@@ -183,6 +183,31 @@ def _float_labels_hint(a: np.ndarray) -> str:
             "input NAME, with a loss such as mse)")
 
 
+def _float_mask_hint(m: np.ndarray) -> str:
+    """A float mask of 0.0s and 1.0s (torch's mask.float()): refused (a weight is not a mask), with the
+    conversion (helper-37; was: the dtype only, where docs/cli.md promises the fix)."""
+    if m.dtype.kind != "f" or not m.size:
+        return ""
+    with np.errstate(invalid="ignore"):
+        if bool(((m == 0) | (m == 1)).all()):
+            return " holding 0.0 and 1.0; store it as bool: mask.astype(bool)"
+    return ""
+
+
+def _label_shape_hint(a: np.ndarray) -> str:
+    """2-d labels other libraries write: OGB's [N, 1] column and one-hot rows (of any numeric dtype:
+    np.eye(C)[y] is float64), with the 1-d class ids to save instead (helper-36; float one-hot, helper-37)."""
+    if a.ndim != 2 or a.dtype.kind not in "biuf" or not a.size:
+        return ""
+    if a.shape[1] == 1:
+        if a.dtype.kind == "f" and _float_labels_hint(a).startswith(" holding whole numbers;"):
+            return " (OGB's [N, 1] labels: save labels[:, 0].astype(np.int64))"
+        return " (OGB's [N, 1] labels: save labels[:, 0])" if a.dtype.kind in "iu" else ""
+    if bool(((a == 0) | (a == 1)).all() and (a.sum(1) == 1).all()):
+        return " (one-hot rows: save the class ids, labels.argmax(1))"
+    return ""
+
+
 def _is_text(start: bytes) -> bool:
     """The first bytes of a file decode as UTF-8 text without control characters other than whitespace."""
     try:
@@ -317,16 +342,14 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
     for k, a in (("src", src), ("dst", dst), ("labels", labels)):
         if a is None:
             continue
-        if a.dtype.kind not in "iu":
+        shape_hint = _label_shape_hint(a) if k == "labels" else ""
+        if a.dtype.kind not in "iu" and not shape_hint:
             raise GdslError(f"{where}: array '{k}' must hold integers, got dtype {a.dtype}"
                             + (_float_labels_hint(a) if k == "labels" else ""))
         if a.ndim != 1:
-            hint = ""
-            if k == "labels" and a.ndim == 2 and a.shape[1] == 1:
-                hint = " (OGB's [N, 1] labels: save labels[:, 0])"
-            elif k == "labels" and a.ndim == 2 and a.size and bool(((a == 0) | (a == 1)).all() and (a.sum(1) == 1).all()):
-                hint = " (one-hot rows: save the class ids, labels.argmax(1))"
-            raise GdslError(f"{where}: array '{k}' must be 1-d, got shape {list(a.shape)}{hint}")
+            # (before the dtype: float one-hot rows, as np.eye(C)[y] makes, were told to store them as
+            # integers, still one-hot; helper-37)
+            raise GdslError(f"{where}: array '{k}' must be 1-d, got shape {list(a.shape)}{shape_hint}")
         if a.dtype == np.uint64 and a.size and int(a.max()) > np.iinfo(np.int64).max:   # would wrap negative
             raise GdslError(f"{where}: array '{k}' holds {int(a.max())}, which does not fit in int64")
     if feats.dtype.kind not in "fiub" or feats.ndim != 2:
@@ -376,7 +399,7 @@ def load_graph(path: str | Path | None = None, split: int = 0) -> Graph:
             # 0/1 integers are taken, as Graph.from_edges takes them (was: refused here only)
             raise GdslError(f"{where}: array '{key}' must be bool (or 0/1 integers), got dtype {m.dtype}"
                             + (" holding values other than 0 and 1" if m.dtype.kind in "iu" else "")
-                            + _index_mask_hint(m, n))
+                            + _index_mask_hint(m, n) + _float_mask_hint(m))
         if m.shape != (n,):
             raise GdslError(f"{where}: array '{key}' has shape {list(m.shape)}, expected [{n}]" + _index_mask_hint(m, n))
         masks[name] = m.astype(bool)

@@ -1,0 +1,105 @@
+"""helper-37: review of the one-all-reduce / rows(hash) alltoallv pricing,
+the CLI and the data-loading changes since 1737c05.
+
+1. `gdsl run --np P --halo bcast` runs the edge cut (rows(metis)) with the
+   same allgatherv of whole blocks as rows(hash): (P-1)/P N w words per
+   SpMM, measured 86,656 bytes = (2708/2) x 16 x 4 per rank for gcn.gd's
+   layer-1 exchange on Cora at P = 2 (`--report comm`). The model priced
+   edge_cut at S w whatever --halo said, while rows(hash) followed it.
+2. One-hot labels saved as floats (np.eye(C)[y] is float64) were told to
+   "store them as integers: labels.astype(np.int64)" (still one-hot, then
+   refused for their shape); docs/cli.md promises `labels.argmax(1)`.
+   Graph.from_edges said the same. Float 0/1 masks had no fix at all.
+"""
+import numpy as np
+import pytest
+
+from gdsl.cost.choose import candidates
+from gdsl.cost.problem import Problem
+from gdsl.cost.strategies import edge_cut, rows
+from gdsl.diagnostics import GdslError
+
+CORA = dict(N=2708, E=13264, widths=(1433, 16, 7))
+
+
+# ---------------------------------------------------------------- 1. edge_cut under --halo bcast
+
+def test_edge_cut_under_halo_bcast_is_priced_as_the_broadcast():
+    # P = 2, gcn.gd on Cora (narrow order: 16 then 7 wide, both ways): per SpMM (P-1)/P N w =
+    # 1354 w words; 4 SpMMs: 1354 x (16 + 7 + 7 + 16) = 62,284 words, plus the all-reduce
+    # (1433 x 16 + 16 x 7 = 23,040 words here, params=None) -- the same as rows(halo=bcast).
+    pb = Problem(P=2, **CORA)
+    cands = {cd.cost.strategy: cd for cd in candidates(pb, strategies=("rows", "edge_cut"), halo=145.0,
+                                                       rows_halo=1000.0, rows_exchange="bcast")}
+    ec, rw = cands["edge_cut"].cost, cands["rows"].cost
+    bc = [o for o in ec.ops if o.op == "bcast"]
+    assert len(bc) == 4 and not [o for o in ec.ops if o.op == "halo_exchange"]
+    assert sorted(float(o.words) for o in bc) == [1354 * 7, 1354 * 7, 1354 * 16, 1354 * 16]
+    assert float(ec.words) == pytest.approx(float(rw.words)) == pytest.approx(1354 * 46 + 1433 * 16 + 16 * 7)
+    assert dict(ec.params).get("halo") == "bcast"
+    # the default (alltoallv) keeps S w
+    ec_a = {cd.cost.strategy: cd for cd in candidates(pb, strategies=("edge_cut",), halo=145.0)}["edge_cut"].cost
+    assert sorted(float(o.words) for o in ec_a.ops if o.op == "halo_exchange") == [145 * 7, 145 * 7, 145 * 16, 145 * 16]
+
+
+def test_edge_cut_exchange_is_checked():
+    with pytest.raises(ValueError):
+        edge_cut(Problem(P=2, **CORA), 10, exchange="allgather")
+    assert float(edge_cut(Problem(P=2, **CORA), 10, exchange="bcast").words) == pytest.approx(
+        float(rows(Problem(P=2, **CORA), exchange="bcast").words))
+
+
+# ---------------------------------------------------------------- 2. data hints
+
+def _cora(tmp_path, **kw):
+    d = dict(np.load(__import__("gdsl").__path__[0] + "/data/cora.npz"))
+    d.update(kw)
+    p = tmp_path / "g.npz"
+    np.savez(p, **d)
+    return p, d
+
+
+def test_float_one_hot_labels_say_argmax(tmp_path):
+    from gdsl.graph.io import load_graph
+    y = dict(np.load(__import__("gdsl").__path__[0] + "/data/cora.npz"))["labels"]
+    for lab in (np.eye(7)[y], np.eye(7, dtype=np.float32)[y], np.eye(7, dtype=np.int64)[y]):
+        p, _ = _cora(tmp_path, labels=lab)
+        with pytest.raises(GdslError, match=r"one-hot rows: save the class ids, labels.argmax\(1\)"):
+            load_graph(str(p))
+
+
+def test_float_ogb_column_labels_say_both_fixes(tmp_path):
+    from gdsl.graph.io import load_graph
+    y = dict(np.load(__import__("gdsl").__path__[0] + "/data/cora.npz"))["labels"]
+    p, _ = _cora(tmp_path, labels=y[:, None].astype(np.float32))
+    with pytest.raises(GdslError, match=r"labels\[:, 0\]\.astype\(np\.int64\)"):
+        load_graph(str(p))
+
+
+def test_float_mask_of_zeros_and_ones_says_astype_bool(tmp_path):
+    from gdsl.graph.io import load_graph
+    m = dict(np.load(__import__("gdsl").__path__[0] + "/data/cora.npz"))["train_mask"]
+    p, _ = _cora(tmp_path, train_mask=m.astype(np.float32))
+    with pytest.raises(GdslError, match=r"mask.astype\(bool\)"):
+        load_graph(str(p))
+
+
+def test_from_edges_one_hot_labels_say_argmax():
+    from gdsl.graph import Graph
+    y = np.array([0, 1, 2, 1])
+    for lab in (np.eye(3)[y], np.eye(3, dtype=np.int64)[y]):
+        with pytest.raises(GdslError, match=r"labels.argmax\(1\)"):
+            Graph.from_edges([0, 1, 2], [1, 2, 3], features=np.ones((4, 2)), labels=lab)
+    # whole-number float class ids keep their hint
+    with pytest.raises(GdslError, match=r"whole numbers: pass them as integers"):
+        Graph.from_edges([0, 1, 2], [1, 2, 3], features=np.ones((4, 2)), labels=y.astype(float))
+
+
+def test_valid_data_loads_without_a_hint_or_warning():
+    import warnings
+
+    from gdsl.graph.io import load_graph
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name in ("cora", "citeseer"):
+            load_graph(name)
