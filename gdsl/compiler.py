@@ -311,8 +311,20 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
         sched = checked.schedule
         hint = sched.get("partition") if sched.get("partition") not in (None, "auto") else None
         hint_delay = sched.get("delay", 0) if hint else 0
-        result = plan(module, {**(dims or {}), **({"E": edges} if edges else {})}, ranks, memory_per_rank,
-                      graph=graph, hint=hint, delay=hint_delay)
+        sizes = {**(dims or {}), **({"E": edges} if edges else {})}
+        # plan() prices each layer's `invariant` flag as the module optimised at hint_delay marks it
+        # (planning.optimised_module: this pipeline, less partition, on a copy); the passes below run
+        # at order_delay, so the flags are read again where the two differ: the plan recorded is the
+        # one priced on the IR this compile dumps
+        result = plan(module, sizes, ranks, memory_per_rank, graph=graph, hint=hint, delay=hint_delay)
+        hinted_delay = result.choice is not None and result.hinted and result.choice.best.cost.strategy == "vertex_cut"
+        order_delay = hint_delay if hinted_delay else delay
+        if result.choice is not None and order_delay != hint_delay:
+            from gdsl.planning import layer_invariant, optimised_module
+            flags = tuple(layer_invariant(module, optimised_module(module, order_delay)))
+            if flags != result.problem.invariant:
+                result = plan(module, sizes, ranks, memory_per_rank, graph=graph, hint=hint, delay=hint_delay,
+                              invariant=flags)
         if result.choice is not None and not result.hinted:
             # record what `gdsl run --np` executes: the fastest plan the ranks can run
             from gdsl.planning import runnable
@@ -320,7 +332,7 @@ def compile_source(source: str, file: str = "<input>", *, dims: dict[str, int] |
                                                                train=train, delay=d).module)
         if result.choice is not None:
             ctx.options["plan"] = result
-            if result.hinted and result.choice.best.cost.strategy == "vertex_cut":
+            if hinted_delay:
                 # the hinted cd-r plan: its delay reaches the order pass as it does on each rank
                 ctx.options["delay"] = hint_delay
     asked = _reorders_asked(checked, module)

@@ -80,6 +80,73 @@ def layer_aggregates(lowered: Module) -> list[bool]:
     return [has(op.attrs["callee"]) for op in lowered.main.ops if op.name == "call"]
 
 
+AGGREGATIONS = ("aggregate", "gather", "gat_aggregate")   # the fused IR's aggregations (the partition pass's too)
+
+
+def optimised_module(lowered: Module, delay: int | str = 0) -> Module:
+    """The module the ranks run, from the lowered one: a copy of `lowered`
+    through the pass pipeline up to mark-invariant (no partition pass, no
+    hoisting: the ranks' compile, `compile_source(delay=delay)`, as
+    `gdsl run --np` and `gdsl compile --np` run it). `lowered` is unchanged.
+    Its `invariant` marks are what the ranks compute once (dist/module.py
+    `_rank_hoisted`)."""
+    import copy
+
+    from gdsl.passes.base import PassContext
+    from gdsl.passes.pipeline import PassManager
+    module = copy.deepcopy(lowered)
+    pm = PassManager()
+    pm.passes = [p for p in pm.passes if p.name != "partition"]
+    return pm.run(module, PassContext(options={"delay": delay, "hoist": False}))
+
+
+def layer_invariant(lowered: Module, optimised: Module) -> list[bool]:
+    """Whether each layer call, in layer_widths' order, has an aggregation
+    the ranks compute once (Problem(invariant=...)): True when the
+    optimised module's aggregations of that call's scope (`aggregate`,
+    `gather`, `gat_aggregate`; the inlined ops of the layers it calls carry
+    its scope too) are not none and all of them are ones the ranks of an
+    exact plan keep from the first forward (`rank_hoisted_ops`: marked
+    `invariant` by mark-invariant, no param and no dropout, as SGC's S^K X).
+    False for a layer call with no aggregation left (a transform only, or
+    one whose aggregation CSE merged into another call's): priced as
+    `layer_aggregates` says."""
+    hoisted = rank_hoisted_ops(optimised)
+    by_scope: dict[str, list[bool]] = {}
+    for op in optimised.main.ops:
+        if op.name in AGGREGATIONS and "scope" in op.attrs:
+            by_scope.setdefault(op.attrs["scope"], []).append(op in hoisted)
+    return [bool(by_scope.get(s)) and all(by_scope[s]) for s in layer_scopes(lowered)]
+
+
+def rank_hoisted_ops(optimised: Module) -> set:
+    """The ops of `optimised` that the ranks of an exact plan run in the
+    first forward only (dist/module.py `_rank_hoisted`, through
+    backends/reference/executor.py `plan_hoist`, restated here without
+    torch): the ops marked `invariant`, less every group of an order the
+    order pass chose with a backward other than autograd's (it runs whole,
+    passes/order.py `linear_groups`) that has an unmarked op; none when a
+    kept value is one such a group computes inside."""
+    from gdsl.passes.invariant import CONSTANT_LEAVES
+    from gdsl.passes.order import linear_groups
+    f = optimised.main
+    marked = {op for op in f.ops if op.attrs.get("invariant")}
+    skipped: set = set()
+    for g in linear_groups(optimised):
+        if g.natural:
+            continue
+        skipped.update(g.ops[:-1])
+        if not all(op in marked or op.name in CONSTANT_LEAVES for op in g.ops):
+            marked -= set(g.ops)
+    users = f.uses()
+    results = {id(v) for v in f.results}
+    keep = [op.result for op in f.ops if op in marked and (
+        id(op.result) in results or any(u not in marked for u in users.get(op.result, [])))]
+    if any(v.owner in skipped for v in keep):
+        return set()
+    return marked
+
+
 def layer_scopes(lowered: Module) -> list[str]:
     """The scope of each layer call, in layer_widths' order: the inlined ops
     of layer l carry scopes[l - 1], which is where the partition pass writes
@@ -175,7 +242,8 @@ def _joined(a: str, b: str) -> str:
 
 def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float | None = None,
          allow_approximate: bool = False, profile: Profile | None = None, graph=None,
-         hint: str | None = None, delay=0, backend: str | None = None, halo: str = "alltoallv") -> Plan:
+         hint: str | None = None, delay=0, backend: str | None = None, halo: str = "alltoallv",
+         invariant=None) -> Plan:
     """The cost model's choice for P ranks, priced on `profile` (default:
     `rank_profile(backend)`: the calibrated profile when there is one, with
     the rates of `backend`, the ranks' backend, reference by default).
@@ -186,7 +254,12 @@ def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float |
     (`measure_partitions`) instead of estimated. `hint` (the schedule's
     `partition`, with its `delay`) makes the hinted plan the choice, as
     `gdsl run --np P` executes it; the cost model's own fastest stays in the
-    reason and the table."""
+    reason and the table. Each layer call is priced with its aggregation
+    computed once when the ranks keep it from the first forward
+    (`invariant`, one bool per layer call; default: `layer_invariant` of
+    the module the ranks run, `optimised_module(lowered, delay)`), so
+    `gdsl plan`, `gdsl compile --np` and `gdsl run --np`'s auto, which all
+    plan from the lowered module, price the same flags."""
     if delay != 0:
         allow_approximate = True
     widths = layer_widths(lowered)
@@ -197,8 +270,13 @@ def plan(lowered: Module, dims: dict[str, int], P: int, memory_per_rank: float |
     # each layer's own parameter words (was: every layer priced as a GCN layer with an f_{l-1} x f_l W,
     # so a parameter-free propagation layer got a phantom GEMM and weight all-reduce)
     params = layer_params(lowered)
+    if invariant is None:
+        # which aggregations the ranks compute once is known in the optimised module only (was: not
+        # passed, so SGC's propagations of X were priced with an SpMM and an exchange every epoch)
+        invariant = layer_invariant(lowered, optimised_module(lowered, delay))
     pb = Problem(N=dims["N"], E=dims["E"], P=P, widths=tuple(int(w) for w in widths),
-                 params=None if params is None else tuple(params), aggregates=tuple(layer_aggregates(lowered)))
+                 params=None if params is None else tuple(params), aggregates=tuple(layer_aggregates(lowered)),
+                 invariant=tuple(invariant))
     profile = rank_profile(backend) if profile is None else profile
     stats, how = ({}, {}) if graph is None else measure_partitions(graph.src, graph.dst, graph.num_nodes, P)
     extra = {"delay": delay} if isinstance(delay, int) and delay > 0 else {}

@@ -11,7 +11,9 @@ distributed runtime's job.
 Requires: `ctx.options["plan"]` (set by the compile driver when `--np` is
 given). Ensures: `module.attrs["plan"]` describes the choice (with
 `approximate=true`, and `approximate="cd-r"` on each aggregation, for a
-delayed plan), or nothing changes when no plan was asked for.
+delayed plan, and `invariant=[scopes]` naming the layer calls priced with
+their aggregation computed once, whose ops this IR marks `invariant`), or
+nothing changes when no plan was asked for.
 """
 from __future__ import annotations
 
@@ -49,6 +51,11 @@ class Partition:
             for op in module.main.ops:
                 if op.name in ("aggregate", "gather", "gat_aggregate"):
                     op.attrs["approximate"] = str(delay)
+        # the layer calls priced with their aggregation computed once (Problem(invariant=...): the
+        # ranks keep it from the first forward; its ops carry `invariant` in this IR), by scope
+        once = [s for s, f in zip(result.scopes or [], result.problem.invariant or ()) if f]
+        if once:
+            module.attrs["plan"]["invariant"] = once
         if result.hinted:
             module.attrs["plan"]["chosen_by"] = "hint"   # the schedule's partition, as `run --np` executes it
         if result.skipped:
