@@ -103,3 +103,20 @@ def test_valid_data_loads_without_a_hint_or_warning():
         warnings.simplefilter("error")
         for name in ("cora", "citeseer"):
             load_graph(name)
+
+
+# ---------------------------------------------------------------- 3. P3's halo
+
+def test_features_priced_on_a_given_block_halo():
+    # P3's layers >= 2 run on block rows (dist/part.py _features); gcn.gd on Cora at P = 4 the ranks'
+    # largest layer-2 halo is 1132 rows (`gdsl run --np 4 --partition features --report comm`: 31,696
+    # bytes = 1132 x 7 x 4), the hash estimate 1535. candidates(features_halo=) prices the given one.
+    from gdsl.cost.strategies import features
+    pb = Problem(P=4, **CORA)
+    got = {cd.cost.strategy: cd for cd in candidates(pb, strategies=("features",), features_halo=1132.0,
+                                                     measured={"features_halo": "measured"})}["features"]
+    assert float(got.cost.words) == pytest.approx(float(features(pb, 1132.0, orders="narrow").words))
+    assert any("S=1132 measured" in n for n in got.estimates)
+    est = {cd.cost.strategy: cd for cd in candidates(pb, strategies=("features",), halo=140.0,
+                                                     measured={"halo": "measured (METIS)"})}["features"]
+    assert not any("METIS" in n for n in est.estimates)   # its halo is not the edge cut's

@@ -97,7 +97,7 @@ def candidates(problem: Problem, *, profile: Profile = DEFAULT_PROFILE, memory_p
                strategies: Iterable[str] | None = None, rho: float | None = None, halo: float | None = None,
                allow_approximate: bool = False, delay: int = 5, orders="narrow",
                measured: dict | None = None, rows_halo: float | None = None,
-               rows_exchange: str = "alltoallv") -> list[Candidate]:
+               rows_exchange: str = "alltoallv", features_halo: float | None = None) -> list[Candidate]:
     """Every candidate plan for numeric sizes, evaluated; fastest first.
 
     ``halo``: the edge cut's S (METIS). ``rows_halo``: the largest halo per
@@ -107,7 +107,11 @@ def candidates(problem: Problem, *, profile: Profile = DEFAULT_PROFILE, memory_p
     default, `--halo alltoallv`); ``"bcast"`` prices CAGNET's broadcast,
     what `--halo bcast` runs (helper-34; was: always the broadcast), and
     prices edge_cut's exchange so too: the ranks run it as rows(metis) under
-    the same --halo (helper-37; was: S w words under --halo bcast)."""
+    the same --halo (helper-37; was: S w words under --halo bcast).
+    ``features_halo``: the largest halo per rank of the block partition P3's
+    data-parallel layers run on (gdsl/dist/part.py `_features`: rows(block));
+    default the hash estimate ``hash_halo`` (1535 rows for Cora at P = 4,
+    where the ranks move 1132; helper-37)."""
     pb = problem
     for k in ("N", "E", "F", "H", "C", "L", "P"):
         if pb.widths is not None and k in ("F", "H", "C", "L"):
@@ -151,8 +155,13 @@ def candidates(problem: Problem, *, profile: Profile = DEFAULT_PROFILE, memory_p
         if "grid3d" in wanted and _is_power(P, 3):
             costs.append(grid3d(pb))
         if "features" in wanted:
-            costs.append(features(pb, orders=orders))
-            notes[costs[-1].name] = halo_note if pb.depth != 1 else ()
+            costs.append(features(pb, features_halo, orders=orders))
+            # (was: the edge cut's note, "S=140 measured (... METIS ...)", beside a hash estimate)
+            notes[costs[-1].name] = (() if pb.depth == 1 else
+                                     (f"S={hash_halo(pb.N, pb.E, P):.4g} estimated (random hash partition; P3's "
+                                      "block rows may be lower)",) if features_halo is None else
+                                     (f"block partition's S={features_halo:.4g} "
+                                      f"{(measured or {}).get('features_halo', 'given')}",))
         if "redistribute" in wanted:
             for R_A in _divisors(P):
                 costs += _best_rdm(pb, R_A, profile, memory_per_rank)
