@@ -108,7 +108,10 @@ def test_compile_np_layer_scopes_follow_repeat_and_shared_aggregations():
     # `Prop(X)`) has its collectives on the plan, named by its scope, not on the other call's
     module = _compile_np4("programs/extra/sgc.gd")
     with_comm = {op.attrs["scope"]: op.attrs["comm"] for op in _aggregations(module) if "comm" in op.attrs}
-    assert list(with_comm) == ["Prop_1", "Prop_2", "Prop_3"]
+    # helper-38: Prop_1 and Prop_2 aggregate X and S X, computed once and kept by the ranks (the
+    # plan's `invariant`): no collective per epoch; Prop_3 runs after Linear's product (width 7)
+    assert list(with_comm) == ["Prop_3"]
+    assert module.attrs["plan"]["invariant"] == ["Prop_1", "Prop_2"]
     # helper-30: parameter-free, so no weight all-reduce (was a phantom 1433 x 1433 one, 2.05M words)
     # and no backward (no parameter below them for a gradient to reach)
     assert all("allreduce" not in c and "bwd" not in c for c in with_comm.values()), with_comm
@@ -117,6 +120,7 @@ def test_compile_np_layer_scopes_follow_repeat_and_shared_aggregations():
         "    h = X\n    repeat K {\n        h = Prop(h)\n    }\n", "    h = Prop(X) + Prop(X)\n")
     module = compile_source(src, "two.gd", dims=dict(CORA), ranks=4, edges=13264).module
     assert [op.attrs["scope"] for op in _aggregations(module)] == ["Prop_1"]
-    assert "comm" in _aggregations(module)[0].attrs
+    assert module.attrs["plan"]["invariant"] == ["Prop_1"]     # helper-38: Prop(X), computed once
+    assert "comm" not in _aggregations(module)[0].attrs
     props = [i for i in module.attrs["plan"]["comm"] if i.startswith("Prop_")]
     assert props and all(i.startswith("Prop_2: fwd ") for i in props), props   # no phantom all-reduce
