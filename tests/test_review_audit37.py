@@ -120,3 +120,27 @@ def test_features_priced_on_a_given_block_halo():
     est = {cd.cost.strategy: cd for cd in candidates(pb, strategies=("features",), halo=140.0,
                                                      measured={"halo": "measured (METIS)"})}["features"]
     assert not any("METIS" in n for n in est.estimates)   # its halo is not the edge cut's
+
+
+# ---------------------------------------------------------------- 4. auto under --halo bcast
+
+def test_auto_under_halo_bcast_runs_a_non_row_choice_as_priced(capsys):
+    # gcn.gd on Cora at P = 8 under --halo bcast: edge_cut and rows(hash) are now priced as the
+    # broadcast (1.502 ms), redistribute(R_A=2) is faster (1.5 ms) and is the choice. --halo applies
+    # to the row plans only (`--partition redistribute(2) --halo bcast` is refused): the spec the
+    # ranks get carries the default exchange and the line says so (was: halo=bcast in the spec, which
+    # P3's data-parallel layers would run as an allgatherv, priced as alltoallv).
+    import gdsl
+    from gdsl.dist.cli_run import choose_spec
+    from gdsl.graph.io import load_graph, resolve_data
+    from pathlib import Path
+    prog = gdsl.compile(str(Path(__file__).resolve().parent.parent / "programs" / "gcn.gd"))
+    graph = load_graph(resolve_data(None))
+    spec = choose_spec(prog, graph, 8, None, None, "bcast", 0)
+    err = capsys.readouterr().err
+    assert spec.strategy != "rows", (spec, err)   # not the row plans at this P (the premise)
+    assert spec.halo == "alltoallv"
+    assert "--halo bcast applies to the row plans (rows, edge_cut) only" in err
+    # a row choice keeps the broadcast
+    spec2 = choose_spec(prog, graph, 2, None, None, "bcast", 0, quiet=True)
+    assert spec2.strategy == "rows" and spec2.halo == "bcast"

@@ -116,6 +116,15 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
             found = first_runnable(pl.choice, P, ir, approximate=delay != 0, delay=delay, halo=halo, seed=seed)
             if found is not None:
                 cand, spec = found
+                halo_note = ""
+                if spec.strategy != "rows" and spec.halo != "alltoallv":
+                    # --halo is how the row plans exchange (what the model priced them at); a non-row
+                    # choice runs what it was priced as, as `--partition features --halo bcast` is
+                    # refused (was: P3's data-parallel layers ran the broadcast, priced as alltoallv;
+                    # helper-37)
+                    from dataclasses import replace as _replace
+                    spec = _replace(spec, halo="alltoallv")
+                    halo_note = f"; --halo {halo} applies to the row plans (rows, edge_cut) only, not to this one"
                 if not quiet:
                     note = "" if cand is pl.choice.best else \
                         f" (the ranks cannot run the model's fastest, {pl.choice.best.name}, " \
@@ -126,7 +135,8 @@ def choose_spec(prog, graph, P: int, partition: str | None, delay, halo: str, se
                     # two names of one plan on two lines; helper-5)
                     ran = spec.describe()
                     runs = "" if ran.split(" ")[0] == cand.name else f", run as {ran}"
-                    print(f"gdsl: partition = auto: the cost model chose {cand.name}{runs}{note}", file=sys.stderr)
+                    print(f"gdsl: partition = auto: the cost model chose {cand.name}{runs}{note}{halo_note}",
+                          file=sys.stderr)
                 return spec
             raise GdslError("partition = auto: no executable plan fits; name one with --partition")
     try:
