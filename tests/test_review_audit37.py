@@ -144,3 +144,18 @@ def test_auto_under_halo_bcast_runs_a_non_row_choice_as_priced(capsys):
     # a row choice keeps the broadcast
     spec2 = choose_spec(prog, graph, 2, None, None, "bcast", 0, quiet=True)
     assert spec2.strategy == "rows" and spec2.halo == "bcast"
+
+
+def test_parts_written_under_halo_bcast_for_a_non_row_choice_run_with_it(tmp_path, capsys):
+    # `gdsl partition --np 8 --halo bcast` (auto: redistribute(2), written with the default
+    # exchange) then `gdsl run --parts DIR --halo bcast`: --halo is checked against row plans only
+    import gdsl
+    from gdsl.cli import main
+    from gdsl.dist.cli_run import _check_existing
+    from gdsl.graph.io import load_graph, resolve_data
+    from pathlib import Path
+    gcn = str(Path(__file__).resolve().parent.parent / "programs" / "gcn.gd")
+    assert main(["partition", gcn, "--np", "8", "--halo", "bcast", "--out", str(tmp_path / "p")]) == 0
+    prog = gdsl.compile(gcn)
+    h = _check_existing(tmp_path / "p", 8, prog, load_graph(resolve_data(None)), None, None, "bcast")
+    assert h["spec"]["strategy"] != "rows" and h["spec"]["halo"] == "alltoallv"

@@ -254,6 +254,8 @@ def _check_existing(parts: Path, P: int, prog, graph, partition: str | None, del
             raise GdslError(f"{parts}: partitioned as {stored}, but --partition asks for {partition}; partition "
                             "again or drop --partition")
     for flag, value, key in (("--delay", delay, "delay"), ("--halo", halo, "halo")):
+        if key == "halo" and sj.get("strategy") != "rows":
+            continue   # --halo applies to the row plans only: auto's non-row choice under --halo bcast (helper-37)
         if value is not None and key in sj and value != sj[key]:
             raise GdslError(f"{parts}: partitioned with {key} = {sj[key]}, but {flag} asks for {value}; partition "
                             f"again or drop {flag}")
