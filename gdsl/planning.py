@@ -122,29 +122,20 @@ def layer_invariant(lowered: Module, optimised: Module) -> list[bool]:
 def rank_hoisted_ops(optimised: Module) -> set:
     """The ops of `optimised` that the ranks of an exact plan run in the
     first forward only (dist/module.py `_rank_hoisted`, through
-    backends/reference/executor.py `plan_hoist`, restated here without
-    torch): the ops marked `invariant`, less every group of an order the
-    order pass chose with a backward other than autograd's (it runs whole,
-    passes/order.py `linear_groups`) that has an unmarked op; none when a
-    kept value is one such a group computes inside."""
-    from gdsl.passes.invariant import CONSTANT_LEAVES
+    backends/reference/executor.py `plan_hoist`; both take passes/invariant.py
+    `kept_invariants`): the ops marked `invariant`, less every group of an
+    order the order pass chose with a backward other than autograd's (it runs
+    whole, passes/order.py `linear_groups`) that has an unmarked op; none
+    when a kept value is one such a group computes inside."""
+    from gdsl.passes.invariant import kept_invariants
     from gdsl.passes.order import linear_groups
-    f = optimised.main
-    marked = {op for op in f.ops if op.attrs.get("invariant")}
-    skipped: set = set()
+    groups, skipped = [], set()
     for g in linear_groups(optimised):
-        if g.natural:
-            continue
-        skipped.update(g.ops[:-1])
-        if not all(op in marked or op.name in CONSTANT_LEAVES for op in g.ops):
-            marked -= set(g.ops)
-    users = f.uses()
-    results = {id(v) for v in f.results}
-    keep = [op.result for op in f.ops if op in marked and (
-        id(op.result) in results or any(u not in marked for u in users.get(op.result, [])))]
-    if any(v.owner in skipped for v in keep):
-        return set()
-    return marked
+        if not g.natural:
+            groups.append(set(g.ops))
+            skipped.update(g.ops[:-1])
+    found = kept_invariants(optimised, groups, skipped)
+    return set() if found is None else found[0]
 
 
 def layer_scopes(lowered: Module) -> list[str]:

@@ -79,3 +79,27 @@ class MarkInvariant:
         for op in invariant_ops(f):
             op.attrs["invariant"] = True
         return module
+
+
+def kept_invariants(module: Module, groups: list[set[Op]], skipped: set[Op]) -> tuple[set[Op], list] | None:
+    """What a module that hoists runs in the first forward only: the ops
+    marked `invariant`, less every group in `groups` (ops that run whole: an
+    order with a backward other than autograd's) that has an unmarked op
+    (the constants it reads aside), and the values to keep (marked ops whose
+    result is a module result or read by an unmarked op). None when a kept
+    value is one only a group's anchor has (`skipped`: the group's inner
+    ops): a group is never split. Torch-free, so the planner prices what the
+    ranks keep (planning.rank_hoisted_ops) with the executor's rule
+    (backends/reference/executor.py plan_hoist)."""
+    f = module.main
+    marked = {op for op in f.ops if op.attrs.get("invariant")}
+    for g in groups:
+        if not all(op in marked or op.name in CONSTANT_LEAVES for op in g):
+            marked -= set(g)
+    users = f.uses()
+    results = {id(v) for v in f.results}
+    keep = [op.result for op in f.ops if op in marked and (
+        id(op.result) in results or any(u not in marked for u in users.get(op.result, [])))]
+    if any(v.owner in skipped for v in keep):
+        return None
+    return marked, keep

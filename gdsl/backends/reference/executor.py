@@ -24,7 +24,7 @@ from gdsl.diagnostics import GdslError
 from gdsl.graph.graph import Graph
 from gdsl.ir.core import Module, Op, Type, Value
 from gdsl.ir.ops import ShapeError, broadcast_mode
-from gdsl.passes.invariant import CONSTANT_LEAVES
+from gdsl.passes.invariant import kept_invariants
 
 _UNARY = {
     "relu": torch.relu, "elu": F.elu, "sigmoid": torch.sigmoid, "tanh": torch.tanh, "exp": torch.exp,
@@ -1031,16 +1031,10 @@ class HoistPlan:
 
 def plan_hoist(module: Module, groups: list[set[Op]], skipped: set[Op]) -> HoistPlan:
     f = module.main
-    marked = {op for op in f.ops if op.attrs.get("invariant")}
-    for g in groups:   # a group runs whole: skipped only when each of its ops is (the constants it reads aside)
-        if not all(op in marked or op.name in CONSTANT_LEAVES for op in g):
-            marked -= g
-    users = f.uses()
-    results = {id(v) for v in f.results}
-    keep = [op.result for op in f.ops if op in marked and (
-        id(op.result) in results or any(u not in marked for u in users.get(op.result, [])))]
-    if any(v.owner in skipped for v in keep):   # a value only its group's anchor has: never split a group
+    found = kept_invariants(module, groups, skipped)   # a group runs whole; never split a group
+    if found is None:
         return HoistPlan(frozenset(), [], [], [])
+    marked, keep = found
     need: set[Op] = set()
     todo = [v.owner for v in keep]
     while todo:
